@@ -1,0 +1,128 @@
+//! Copies replication slots out of shared memory the way slotfuncs.c
+//! pg_get_replication_slots does: ReplicationSlotControlLock in shared mode, then each
+//! slot's spinlock while its fields are copied.
+
+use pgrx::pg_sys;
+
+/// A copy of one in-use slot (`ReplicationSlot` and its persistent data).
+#[derive(Clone, Debug)]
+pub struct SlotCopy {
+    pub name: String,
+    pub plugin: String,
+    pub logical: bool,
+    pub datoid: u32,
+    pub active_pid: i32,
+    pub persistency: &'static str,
+    pub xmin: u32,
+    pub catalog_xmin: u32,
+    pub effective_xmin: u32,
+    pub effective_catalog_xmin: u32,
+    pub restart_lsn: u64,
+    pub confirmed_flush: u64,
+    pub two_phase_at: u64,
+    pub candidate_catalog_xmin: u32,
+    pub candidate_xmin_lsn: u64,
+    pub candidate_restart_valid: u64,
+    pub candidate_restart_lsn: u64,
+    pub invalidation_reason: Option<String>,
+}
+
+impl SlotCopy {
+    /// A logical slot whose snapshot builder has not reached consistency yet: during
+    /// pg_create_logical_replication_slot / CREATE_REPLICATION_SLOT, confirmed_flush
+    /// stays invalid until DecodingContextFindStartpoint finishes.
+    pub fn in_creation(&self) -> bool {
+        self.logical && self.confirmed_flush == 0
+    }
+}
+
+fn name_str(n: &pg_sys::NameData) -> String {
+    let bytes: Vec<u8> = n
+        .data
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// `ReplicationSlotControlLock` (`&MainLWLockArray[37].lock` on 15 through 18).
+unsafe fn slot_control_lock() -> *mut pg_sys::LWLock {
+    &mut (*pg_sys::MainLWLockArray.add(37)).lock
+}
+
+#[cfg(not(any(feature = "pg14", feature = "pg15")))]
+unsafe fn invalidation(s: &pg_sys::ReplicationSlot) -> Option<String> {
+    if s.data.invalidated == pg_sys::ReplicationSlotInvalidationCause::RS_INVAL_NONE {
+        return None;
+    }
+    let p = pg_sys::GetSlotInvalidationCauseName(s.data.invalidated);
+    (!p.is_null()).then(|| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned())
+}
+
+#[cfg(any(feature = "pg14", feature = "pg15"))]
+unsafe fn invalidation(s: &pg_sys::ReplicationSlot) -> Option<String> {
+    // 14/15 only know one cause: required WAL removed (16+ calls it wal_removed).
+    (s.data.invalidated_at != 0 && s.data.restart_lsn == 0).then(|| "wal_removed".to_owned())
+}
+
+/// Copies every in-use slot. Read-only; holds the control lock only while copying.
+pub fn copy_slots() -> Vec<SlotCopy> {
+    let mut out = Vec::new();
+    unsafe {
+        if pg_sys::ReplicationSlotCtl.is_null() || pg_sys::max_replication_slots <= 0 {
+            return out;
+        }
+        pg_sys::LWLockAcquire(slot_control_lock(), pg_sys::LWLockMode::LW_SHARED);
+        let base = (*pg_sys::ReplicationSlotCtl).replication_slots.as_mut_ptr();
+        for i in 0..pg_sys::max_replication_slots as usize {
+            let slot = base.add(i);
+            if !(*slot).in_use {
+                continue;
+            }
+            pg_sys::SpinLockAcquire(&mut (*slot).mutex);
+            let s: pg_sys::ReplicationSlot = std::ptr::read(slot);
+            pg_sys::SpinLockRelease(&mut (*slot).mutex);
+            let persistency = match s.data.persistency {
+                pg_sys::ReplicationSlotPersistency::RS_PERSISTENT => "persistent",
+                pg_sys::ReplicationSlotPersistency::RS_EPHEMERAL => "ephemeral",
+                _ => "temporary",
+            };
+            out.push(SlotCopy {
+                name: name_str(&s.data.name),
+                plugin: name_str(&s.data.plugin),
+                logical: s.data.database != pg_sys::Oid::INVALID,
+                datoid: s.data.database.to_u32(),
+                active_pid: s.active_pid,
+                persistency,
+                xmin: s.data.xmin.into_inner(),
+                catalog_xmin: s.data.catalog_xmin.into_inner(),
+                effective_xmin: s.effective_xmin.into_inner(),
+                effective_catalog_xmin: s.effective_catalog_xmin.into_inner(),
+                restart_lsn: s.data.restart_lsn,
+                confirmed_flush: s.data.confirmed_flush,
+                two_phase_at: s.data.two_phase_at,
+                candidate_catalog_xmin: s.candidate_catalog_xmin.into_inner(),
+                candidate_xmin_lsn: s.candidate_xmin_lsn,
+                candidate_restart_valid: s.candidate_restart_valid,
+                candidate_restart_lsn: s.candidate_restart_lsn,
+                invalidation_reason: invalidation(&s),
+            });
+        }
+        pg_sys::LWLockRelease(slot_control_lock());
+    }
+    out
+}
+
+/// The slot called `name`, or ERROR `undefined_object` (42704).
+pub fn find_slot(name: &str) -> SlotCopy {
+    copy_slots()
+        .into_iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| {
+            crate::adapter::raise(
+                pgrx::PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+                format!("replication slot \"{name}\" does not exist"),
+            )
+        })
+}

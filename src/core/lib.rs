@@ -1,0 +1,22 @@
+//! # snapbuild-core
+//!
+//! A pure-Rust model of PostgreSQL's logical decoding snapshot builder: xid and LSN
+//! arithmetic, the `.snap` on-disk layouts, the RUNNING_XACTS record, and the
+//! state machine of `snapbuild.c`. No FFI and no server: every input is bytes or plain
+//! values handed in by an adapter, so it is unit-tested and fuzzed on its own.
+
+pub mod lsn;
+pub mod ondisk;
+pub mod records;
+pub mod replay;
+pub mod running_xacts;
+pub mod snapbuild;
+pub mod version;
+pub mod xid;
+
+pub use lsn::Lsn;
+pub use ondisk::{OnDiskError, SnapBuildOnDisk};
+pub use running_xacts::RunningXacts;
+pub use snapbuild::{Branch, BuilderParams, SnapBuild, SnapBuildState};
+pub use version::PgMajor;
+pub use xid::TransactionId;

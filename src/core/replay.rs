@@ -1,0 +1,326 @@
+//! Feeds decoded WAL records through [`SnapBuild`] the way decode.c
+//! LogicalDecodingProcessRecord dispatches them, and turns each interesting step into a
+//! [`TraceRow`]. Also compares a predicted `.snap` with one the server wrote.
+
+use crate::lsn::Lsn;
+use crate::ondisk::{OnDiskError, SnapBuildOnDisk};
+use crate::records::RecordKind;
+use crate::running_xacts::RunningXacts;
+use crate::snapbuild::{
+    Branch, BuilderParams, CommitVerdict, Level, RestoreResult, SnapBuild, SnapBuildState, Step,
+};
+use crate::xid::{self, TransactionId};
+
+/// The header facts of one WAL record the replay needs.
+#[derive(Clone, Debug)]
+pub struct RecordHead {
+    /// Start of the record (`ReadRecPtr`, decode.c's `origptr`).
+    pub lsn: Lsn,
+    /// End of the record (`EndRecPtr`).
+    pub end_lsn: Lsn,
+    /// `XLogRecGetXid`.
+    pub xid: TransactionId,
+    /// `XLogRecGetTopXid` (valid only on the first record of a subtransaction).
+    pub top_xid: TransactionId,
+    pub kind: RecordKind,
+}
+
+/// The parsed body of the records whose body matters.
+#[derive(Clone, Debug)]
+pub enum Payload {
+    None,
+    RunningXacts(RunningXacts),
+    /// Commit / commit prepared: the xid (the 2PC xid when prepared), subxacts, and
+    /// whether xinfo has `XACT_XINFO_HAS_INVALS`.
+    Commit {
+        xid: TransactionId,
+        subxacts: Vec<TransactionId>,
+        has_invals: bool,
+    },
+    /// Abort / abort prepared.
+    Abort {
+        xid: TransactionId,
+        subxacts: Vec<TransactionId>,
+    },
+}
+
+/// One row of `snapbuild_trace`: what the replayed builder did on one record.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TraceRow {
+    pub lsn: Lsn,
+    pub end_lsn: Lsn,
+    pub record: &'static str,
+    pub xid: Option<TransactionId>,
+    pub branch: Option<&'static str>,
+    pub state_before: SnapBuildState,
+    pub state: SnapBuildState,
+    pub xmin: TransactionId,
+    pub xmax: TransactionId,
+    pub next_phase_at: TransactionId,
+    pub start_decoding_at: Lsn,
+    pub running_xids: Option<Vec<TransactionId>>,
+    pub wait_xids: Option<Vec<TransactionId>>,
+    pub level: Option<&'static str>,
+    pub message: Option<String>,
+    pub detail: Option<String>,
+    /// The file SnapBuildSerialize writes at this LSN (serialize rows).
+    pub serialized: Option<SnapBuildOnDisk>,
+    /// Where a restored snapshot came from (branch b).
+    pub restored_from: Option<Lsn>,
+    pub commit: Option<CommitVerdict>,
+}
+
+/// Why the replay stopped early: the server would have raised this ERROR here.
+#[derive(Clone, Debug)]
+pub struct ReplayError {
+    pub row: TraceRow,
+    pub error: OnDiskError,
+}
+
+/// A replay in progress.
+pub struct Replay {
+    pub builder: SnapBuild,
+}
+
+impl Replay {
+    /// Starts a replay with AllocateSnapshotBuilder's parameters.
+    pub fn new(p: &BuilderParams) -> Self {
+        Replay {
+            builder: SnapBuild::new(p),
+        }
+    }
+
+    fn row(&self, head: &RecordHead, before: SnapBuildState, step: Option<Step>) -> TraceRow {
+        let b = &self.builder;
+        let mut row = TraceRow {
+            lsn: head.lsn,
+            end_lsn: head.end_lsn,
+            record: head.kind.name(),
+            xid: xid::is_valid(head.xid).then_some(head.xid),
+            branch: None,
+            state_before: before,
+            state: b.state,
+            xmin: b.xmin,
+            xmax: b.xmax,
+            next_phase_at: b.next_phase_at,
+            start_decoding_at: b.start_decoding_at,
+            running_xids: None,
+            wait_xids: None,
+            level: None,
+            message: None,
+            detail: None,
+            serialized: None,
+            restored_from: None,
+            commit: None,
+        };
+        if let Some(s) = step {
+            row.branch = Some(s.branch.label());
+            if let Some(m) = s.message {
+                row.level = Some(m.level.as_str());
+                row.message = Some(m.message.as_str().to_owned());
+                row.detail = (!m.detail.is_empty()).then(|| m.detail.as_str().to_owned());
+            }
+            row.wait_xids = Some(s.wait_xids);
+            row.serialized = s.serialized;
+            row.restored_from = s.restored_from;
+            row.commit = s.commit;
+        }
+        row
+    }
+
+    /// Re-runs decode.c LogicalDecodingProcessRecord for one record. Returns a row when
+    /// the record is one the trace shows (RUNNING_XACTS, serialization points, commits
+    /// that changed the builder), or the ERROR the server would raise.
+    pub fn feed(
+        &mut self,
+        head: &RecordHead,
+        payload: &Payload,
+        restore: &mut dyn FnMut(Lsn) -> RestoreResult,
+    ) -> Result<Option<TraceRow>, ReplayError> {
+        let before = self.builder.state;
+        if xid::is_valid(head.top_xid) {
+            self.builder.reorder.assign_child(head.top_xid, head.xid);
+        }
+        self.builder.reorder.process_xid(head.xid);
+        let fail = |s: &Self, step: Step, error: OnDiskError| ReplayError {
+            row: s.row(head, before, Some(step)),
+            error,
+        };
+        match (head.kind, payload) {
+            (RecordKind::RunningXacts, Payload::RunningXacts(running)) => {
+                match self
+                    .builder
+                    .process_running_xacts(head.lsn, running, restore)
+                {
+                    Ok(step) => {
+                        let mut row = self.row(head, before, Some(step));
+                        row.running_xids = Some(running.xids.clone());
+                        Ok(Some(row))
+                    }
+                    Err((step, e)) => Err(fail(self, step, e)),
+                }
+            }
+            (RecordKind::CheckpointShutdown | RecordKind::EndOfRecovery, _) => {
+                match self.builder.serialization_point(head.lsn, restore) {
+                    Ok(step) => Ok(Some(self.row(head, before, Some(step)))),
+                    Err((step, e)) => Err(fail(self, step, e)),
+                }
+            }
+            (
+                RecordKind::Commit | RecordKind::CommitPrepared,
+                Payload::Commit {
+                    xid: x,
+                    subxacts,
+                    has_invals,
+                },
+            ) => {
+                let v = self.builder.commit(head.lsn, *x, subxacts, *has_invals);
+                if let CommitVerdict::Timetravel { .. } = v {
+                    let mut row = self.row(head, before, None);
+                    row.branch = Some(Branch::Commit.label());
+                    row.xid = Some(*x);
+                    row.level = Some(Level::Debug1.as_str());
+                    row.commit = Some(v);
+                    return Ok(Some(row));
+                }
+                Ok(None)
+            }
+            (
+                RecordKind::Abort | RecordKind::AbortPrepared,
+                Payload::Abort { xid: x, subxacts },
+            ) => {
+                self.builder.abort(*x, subxacts);
+                Ok(None)
+            }
+            (RecordKind::NewCid | RecordKind::Invalidations, _) => {
+                self.builder.mark_catalog_changes(head.xid);
+                Ok(None)
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
+/// Compares the file the replay predicts with the file the server wrote at the same
+/// LSN. Returns the names of fields that differ (empty = agreement).
+///
+/// Compared: state, xmin, xmax, next_phase_at, the committed xids (as a set) and the
+/// catchange xids. Not compared, because they describe the process that wrote the file
+/// rather than the WAL position: start_decoding_at, last_serialized_snapshot,
+/// in_slot_creation, building_full_snapshot, initial_xmin_horizon, two_phase_at,
+/// committed.xcnt_space and includes_all_transactions.
+pub fn compare_with_server(predicted: &SnapBuildOnDisk, server: &SnapBuildOnDisk) -> Vec<String> {
+    let (p, s) = (&predicted.builder, &server.builder);
+    let mut out = Vec::new();
+    if p.state != s.state {
+        out.push(format!("state {} vs {}", p.state, s.state));
+    }
+    if p.xmin != s.xmin {
+        out.push(format!("xmin {} vs {}", p.xmin, s.xmin));
+    }
+    if p.xmax != s.xmax {
+        out.push(format!("xmax {} vs {}", p.xmax, s.xmax));
+    }
+    if p.next_phase_at != s.next_phase_at {
+        out.push(format!(
+            "next_phase_at {} vs {}",
+            p.next_phase_at, s.next_phase_at
+        ));
+    }
+    let sorted = |v: &[u32]| {
+        let mut v = v.to_vec();
+        v.sort_unstable();
+        v
+    };
+    if sorted(&predicted.committed_xip) != sorted(&server.committed_xip) {
+        out.push(format!(
+            "committed {:?} vs {:?}",
+            predicted.committed_xip, server.committed_xip
+        ));
+    }
+    if predicted.catchange_xip != server.catchange_xip {
+        out.push(format!(
+            "catchange {:?} vs {:?}",
+            predicted.catchange_xip, server.catchange_xip
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::version::PgMajor;
+
+    #[test]
+    fn feed_runs_the_dispatch() {
+        let p = BuilderParams {
+            major: PgMajor(18),
+            initial_xmin_horizon: 0,
+            start_decoding_at: Lsn(0),
+            building_full_snapshot: false,
+            in_slot_creation: true,
+            two_phase_at: Lsn(0),
+        };
+        let mut r = Replay::new(&p);
+        let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
+        let head = |lsn: u64, kind, xid| RecordHead {
+            lsn: Lsn(lsn),
+            end_lsn: Lsn(lsn + 8),
+            xid,
+            top_xid: 0,
+            kind,
+        };
+        let rx = RunningXacts {
+            xcnt: 0,
+            subxcnt: 0,
+            subxid_overflow: false,
+            next_xid: 600,
+            oldest_running_xid: 600,
+            latest_completed_xid: 599,
+            xids: vec![],
+        };
+        let row = r
+            .feed(
+                &head(100, RecordKind::RunningXacts, 0),
+                &Payload::RunningXacts(rx),
+                &mut none,
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(row.branch, Some("a"));
+        assert_eq!(row.state, SnapBuildState::Consistent);
+        // A catalog change and its commit.
+        r.feed(
+            &head(200, RecordKind::NewCid, 600),
+            &Payload::None,
+            &mut none,
+        )
+        .unwrap();
+        let row = r
+            .feed(
+                &head(300, RecordKind::Commit, 600),
+                &Payload::Commit {
+                    xid: 600,
+                    subxacts: vec![],
+                    has_invals: true,
+                },
+                &mut none,
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(row.xmax, 601);
+        // A shutdown checkpoint serializes.
+        let row = r
+            .feed(
+                &head(400, RecordKind::CheckpointShutdown, 0),
+                &Payload::None,
+                &mut none,
+            )
+            .unwrap()
+            .unwrap();
+        let f = row.serialized.unwrap();
+        assert_eq!(f.committed_xip, vec![600]);
+        assert!(compare_with_server(&f, &f).is_empty());
+    }
+}

@@ -1,0 +1,1116 @@
+//! The snapshot builder's state machine: snapbuild.c re-run on decoded records.
+//!
+//! [`SnapBuild`] holds what the server's `struct SnapBuild` holds, plus the slice of the
+//! reorder buffer that snapbuild.c consults (which transactions exist, their
+//! subtransactions, and which have catalog changes). Each entry point mirrors one
+//! function of snapbuild.c or decode.c and returns what it decided, so a trace can show
+//! the branch, the texts the server logs, and the xids it would wait for.
+
+use std::collections::HashMap;
+
+use crate::lsn::{snap_file_name, Lsn, INVALID_LSN};
+use crate::ondisk::{OnDiskBuilder, OnDiskError, SnapBuildOnDisk, SNAPBUILD_MAGIC};
+use crate::running_xacts::RunningXacts;
+use crate::version::PgMajor;
+use crate::xid::{self, TransactionId, INVALID_TRANSACTION_ID};
+
+/// snapbuild.h `SnapBuildState`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub enum SnapBuildState {
+    /// `SNAPBUILD_START` (-1).
+    Start,
+    /// `SNAPBUILD_BUILDING_SNAPSHOT` (0).
+    BuildingSnapshot,
+    /// `SNAPBUILD_FULL_SNAPSHOT` (1).
+    FullSnapshot,
+    /// `SNAPBUILD_CONSISTENT` (2).
+    Consistent,
+}
+
+impl SnapBuildState {
+    /// From the C enum's integer value.
+    pub fn from_raw(v: i32) -> Option<Self> {
+        match v {
+            -1 => Some(Self::Start),
+            0 => Some(Self::BuildingSnapshot),
+            1 => Some(Self::FullSnapshot),
+            2 => Some(Self::Consistent),
+            _ => None,
+        }
+    }
+    /// The C enum's integer value.
+    pub fn raw(self) -> i32 {
+        match self {
+            Self::Start => -1,
+            Self::BuildingSnapshot => 0,
+            Self::FullSnapshot => 1,
+            Self::Consistent => 2,
+        }
+    }
+    /// The name contrib pg_logicalinspect prints: `start|building|full|consistent`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Start => "start",
+            Self::BuildingSnapshot => "building",
+            Self::FullSnapshot => "full",
+            Self::Consistent => "consistent",
+        }
+    }
+}
+
+/// Which way SnapBuildFindSnapshot (or the code around it) went on one record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Branch {
+    /// The pre-filter: `oldestRunningXid` precedes `initial_xmin_horizon`.
+    XminHorizonTooLow,
+    /// a) no transaction running: consistent at once.
+    A,
+    /// b) a serialized consistent snapshot was restored.
+    B,
+    /// c) START → BUILDING_SNAPSHOT.
+    C1,
+    /// c) BUILDING_SNAPSHOT → FULL_SNAPSHOT.
+    C2,
+    /// c) FULL_SNAPSHOT → CONSISTENT.
+    C3,
+    /// Not consistent and no transition: keep waiting.
+    FallThrough,
+    /// Already consistent: SnapBuildSerialize writes the state.
+    Serialize,
+    /// A shutdown checkpoint / end of recovery while not consistent: try a restore.
+    SerializationPointRestore,
+    /// A shutdown checkpoint / end of recovery while consistent: serialize.
+    SerializationPointSerialize,
+    /// A commit the builder did not act on (see [`CommitVerdict`]).
+    Commit,
+}
+
+impl Branch {
+    /// Short label used in the SQL `branch` column.
+    pub fn label(self) -> &'static str {
+        match self {
+            Branch::XminHorizonTooLow => "xmin horizon too low",
+            Branch::A => "a",
+            Branch::B => "b",
+            Branch::C1 => "c-1",
+            Branch::C2 => "c-2",
+            Branch::C3 => "c-3",
+            Branch::FallThrough => "fall-through",
+            Branch::Serialize => "serialize",
+            Branch::SerializationPointRestore => "serialization point: restore",
+            Branch::SerializationPointSerialize => "serialization point: serialize",
+            Branch::Commit => "commit",
+        }
+    }
+}
+
+/// Message severity, as the server would log it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Level {
+    Debug1,
+    Log,
+}
+
+impl Level {
+    /// `DEBUG1` / `LOG`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Debug1 => "DEBUG1",
+            Level::Log => "LOG",
+        }
+    }
+}
+
+/// A message the server emits on a branch, with its DETAIL. Bounded, allocation-free
+/// text: the longest server message here is well under 160 bytes.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ServerMessage {
+    pub level: Level,
+    pub message: heapless::String<160>,
+    pub detail: heapless::String<160>,
+}
+
+fn msg(
+    level: Level,
+    message: core::fmt::Arguments<'_>,
+    detail: core::fmt::Arguments<'_>,
+) -> ServerMessage {
+    use core::fmt::Write;
+    let mut m = heapless::String::new();
+    let mut d = heapless::String::new();
+    // Writes that would overflow the bound truncate rather than fail the replay.
+    let _ = m.write_fmt(message);
+    let _ = d.write_fmt(detail);
+    ServerMessage {
+        level,
+        message: m,
+        detail: d,
+    }
+}
+
+/// The parameters AllocateSnapshotBuilder receives (logical.c fills them from the slot).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct BuilderParams {
+    /// Rules of this major version.
+    pub major: PgMajor,
+    /// `xmin_horizon`: the slot's catalog_xmin during creation, else invalid.
+    pub initial_xmin_horizon: TransactionId,
+    /// `start_lsn`: a created slot's confirmed_flush, else invalid.
+    pub start_decoding_at: Lsn,
+    /// `need_full_snapshot` (exported / used snapshot at creation).
+    pub building_full_snapshot: bool,
+    /// `in_slot_creation`.
+    pub in_slot_creation: bool,
+    /// The slot's `two_phase_at`.
+    pub two_phase_at: Lsn,
+}
+
+/// A transaction as the reorder buffer knows it, as far as snapbuild.c cares.
+#[derive(Clone, Debug, Default)]
+struct Txn {
+    /// Top-level xid if this is an assigned subtransaction.
+    top: Option<TransactionId>,
+    /// `RBTXN_HAS_CATALOG_CHANGES`.
+    catalog_changes: bool,
+    /// Assigned subtransactions (for top-level ones).
+    subxacts: Vec<TransactionId>,
+}
+
+/// The part of reorderbuffer.c the builder depends on: known transactions in
+/// first-seen order and their catalog-change flags.
+#[derive(Clone, Debug, Default)]
+pub struct ReorderModel {
+    txns: HashMap<TransactionId, Txn>,
+    /// Top-level xids in first-LSN order (`toplevel_by_lsn`).
+    toplevel: Vec<TransactionId>,
+}
+
+impl ReorderModel {
+    /// Re-runs reorderbuffer.c ReorderBufferProcessXid: make sure `xid` is known.
+    pub fn process_xid(&mut self, xid: TransactionId) {
+        if xid::is_valid(xid) && !self.txns.contains_key(&xid) {
+            self.txns.insert(xid, Txn::default());
+            self.toplevel.push(xid);
+        }
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferAssignChild.
+    pub fn assign_child(&mut self, top: TransactionId, sub: TransactionId) {
+        self.process_xid(top);
+        if !xid::is_valid(sub) || sub == top {
+            return;
+        }
+        let known = self.txns.get(&sub).map(|t| t.top);
+        match known {
+            Some(Some(_)) => return, // already a known subtransaction
+            Some(None) => self.toplevel.retain(|x| *x != sub),
+            None => {
+                self.txns.insert(sub, Txn::default());
+            }
+        }
+        if let Some(t) = self.txns.get_mut(&sub) {
+            t.top = Some(top);
+        }
+        if let Some(t) = self.txns.get_mut(&top) {
+            t.subxacts.push(sub);
+            // A subtransaction flagged before assignment flags its parent too.
+        }
+        if self.txns.get(&sub).is_some_and(|t| t.catalog_changes) {
+            if let Some(t) = self.txns.get_mut(&top) {
+                t.catalog_changes = true;
+            }
+        }
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferXidSetCatalogChanges: flags `xid` and,
+    /// for a subtransaction, its top-level transaction.
+    pub fn set_catalog_changes(&mut self, xid: TransactionId) {
+        self.process_xid(xid);
+        let top = self.txns.get(&xid).and_then(|t| t.top);
+        if let Some(t) = self.txns.get_mut(&xid) {
+            t.catalog_changes = true;
+        }
+        if let Some(top) = top {
+            if let Some(t) = self.txns.get_mut(&top) {
+                t.catalog_changes = true;
+            }
+        }
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferXidHasCatalogChanges.
+    pub fn has_catalog_changes(&self, xid: TransactionId) -> bool {
+        self.txns.get(&xid).is_some_and(|t| t.catalog_changes)
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferCleanupTXN for `xid` (and its subxacts).
+    pub fn cleanup(&mut self, xid: TransactionId) {
+        if let Some(t) = self.txns.remove(&xid) {
+            for s in t.subxacts {
+                self.txns.remove(&s);
+            }
+            match t.top {
+                Some(top) => {
+                    if let Some(tt) = self.txns.get_mut(&top) {
+                        tt.subxacts.retain(|x| *x != xid);
+                    }
+                }
+                None => self.toplevel.retain(|x| *x != xid),
+            }
+        }
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferAbortOld: drop top-level transactions older
+    /// than `oldest_running_xid`, in first-LSN order, stopping at the first that is not.
+    pub fn abort_old(&mut self, oldest_running_xid: TransactionId) {
+        while let Some(&first) = self.toplevel.first() {
+            if xid::precedes(first, oldest_running_xid) {
+                self.cleanup(first);
+            } else {
+                break;
+            }
+        }
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferGetCatalogChangesXacts: every known
+    /// transaction flagged with catalog changes, sorted with xidComparator.
+    pub fn catalog_changes_xacts(&self) -> Vec<TransactionId> {
+        let mut v: Vec<_> = self
+            .txns
+            .iter()
+            .filter(|(_, t)| t.catalog_changes)
+            .map(|(x, _)| *x)
+            .collect();
+        v.sort_by(xid::xid_comparator);
+        v
+    }
+
+    /// Number of transactions held (for memory accounting in traces).
+    pub fn len(&self) -> usize {
+        self.txns.len()
+    }
+
+    /// Whether no transaction is held.
+    pub fn is_empty(&self) -> bool {
+        self.txns.is_empty()
+    }
+}
+
+/// What SnapBuildCommitTxn decided for one commit.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum CommitVerdict {
+    /// State START, or BUILDING and the xid precedes next_phase_at (not reachable
+    /// through decode.c, which drops commits before FULL_SNAPSHOT; kept for fidelity).
+    SkippedBeforeBuilding,
+    /// decode.c does not pass commits to the builder before FULL_SNAPSHOT.
+    NotSeenBeforeFull,
+    /// Not catalog-modifying: `includes_all_transactions` becomes false.
+    NotCatalogChanging,
+    /// Added to `committed` (time travel); `xmax_advanced` says whether xmax moved.
+    Timetravel { xmax_advanced: bool, forced: bool },
+}
+
+/// The outcome of one record, for the trace.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Step {
+    pub branch: Branch,
+    pub state_before: SnapBuildState,
+    pub message: Option<ServerMessage>,
+    /// Xids SnapBuildWaitSnapshot would wait for (top-level xids not after the cutoff).
+    pub wait_xids: Vec<TransactionId>,
+    /// The LSN of a restored snapshot file (branch b / serialization point).
+    pub restored_from: Option<Lsn>,
+    /// The file SnapBuildSerialize would write here.
+    pub serialized: Option<SnapBuildOnDisk>,
+    /// For commit rows.
+    pub commit: Option<CommitVerdict>,
+}
+
+/// A `.snap` lookup for branch b: `Ok(None)` when no file exists (missing_ok), an
+/// error when the file is there but broken (the server would ERROR out).
+pub type RestoreResult = Result<Option<SnapBuildOnDisk>, OnDiskError>;
+
+/// The replayed snapshot builder: snapbuild.c's `struct SnapBuild` and the reorder
+/// buffer facts it uses.
+#[derive(Clone, Debug)]
+pub struct SnapBuild {
+    pub major: PgMajor,
+    pub state: SnapBuildState,
+    /// All transactions < xmin have committed/aborted.
+    pub xmin: TransactionId,
+    /// All transactions >= xmax are uncommitted.
+    pub xmax: TransactionId,
+    pub start_decoding_at: Lsn,
+    pub two_phase_at: Lsn,
+    pub initial_xmin_horizon: TransactionId,
+    pub building_full_snapshot: bool,
+    pub in_slot_creation: bool,
+    pub last_serialized_snapshot: Lsn,
+    pub next_phase_at: TransactionId,
+    /// `committed.xip`, in insertion order.
+    pub committed_xip: Vec<TransactionId>,
+    /// `committed.xcnt_space`.
+    pub committed_xcnt_space: u64,
+    pub includes_all_transactions: bool,
+    /// `catchange.xip` (sorted), from a restored file (16+).
+    pub catchange_xip: Vec<TransactionId>,
+    /// 14/15: `InitialRunningXacts` (sorted), from the record a restore used.
+    pub initial_running_xacts: Vec<TransactionId>,
+    pub reorder: ReorderModel,
+}
+
+impl SnapBuild {
+    /// Re-runs snapbuild.c AllocateSnapshotBuilder.
+    pub fn new(p: &BuilderParams) -> Self {
+        SnapBuild {
+            major: p.major,
+            state: SnapBuildState::Start,
+            xmin: INVALID_TRANSACTION_ID,
+            xmax: INVALID_TRANSACTION_ID,
+            start_decoding_at: p.start_decoding_at,
+            two_phase_at: p.two_phase_at,
+            initial_xmin_horizon: p.initial_xmin_horizon,
+            building_full_snapshot: p.building_full_snapshot,
+            in_slot_creation: p.in_slot_creation,
+            last_serialized_snapshot: INVALID_LSN,
+            next_phase_at: INVALID_TRANSACTION_ID,
+            committed_xip: Vec::new(),
+            committed_xcnt_space: 128,
+            includes_all_transactions: true,
+            catchange_xip: Vec::new(),
+            initial_running_xacts: Vec::new(),
+            reorder: ReorderModel::default(),
+        }
+    }
+
+    fn step(&self, branch: Branch, state_before: SnapBuildState) -> Step {
+        Step {
+            branch,
+            state_before,
+            message: None,
+            wait_xids: Vec::new(),
+            restored_from: None,
+            serialized: None,
+            commit: None,
+        }
+    }
+
+    /// Re-runs snapbuild.c SnapBuildWaitSnapshot's choice: the top-level xids of the
+    /// record that do not follow `cutoff` (it waits on each of them).
+    pub fn wait_snapshot_xids(running: &RunningXacts, cutoff: TransactionId) -> Vec<TransactionId> {
+        running
+            .top_xids()
+            .iter()
+            .copied()
+            .filter(|x| !xid::follows(*x, cutoff))
+            .collect()
+    }
+
+    /// Re-runs snapbuild.c SnapBuildProcessRunningXacts (FindSnapshot or Serialize,
+    /// then xmin := oldestRunningXid and the purge), followed by decode.c's
+    /// ReorderBufferAbortOld.
+    ///
+    /// `restore` is asked for the serialized snapshot at `lsn` when branch b is tried.
+    pub fn process_running_xacts(
+        &mut self,
+        lsn: Lsn,
+        running: &RunningXacts,
+        restore: &mut dyn FnMut(Lsn) -> RestoreResult,
+    ) -> Result<Step, (Step, OnDiskError)> {
+        let step = if self.state < SnapBuildState::Consistent {
+            let (step, cont) = self.find_snapshot(lsn, running, restore)?;
+            if cont {
+                self.xmin = running.oldest_running_xid;
+                self.purge_older_txn();
+            }
+            step
+        } else {
+            let mut step = self.step(Branch::Serialize, self.state);
+            let file = self.serialize(lsn);
+            step.message = Some(msg(
+                Level::Debug1,
+                format_args!(
+                    "serializing snapshot to pg_logical/snapshots/{}",
+                    snap_file_name(lsn)
+                ),
+                format_args!(""),
+            ));
+            step.serialized = Some(file);
+            self.xmin = running.oldest_running_xid;
+            self.purge_older_txn();
+            step
+        };
+        self.reorder.abort_old(running.oldest_running_xid);
+        Ok(step)
+    }
+
+    /// Re-runs snapbuild.c SnapBuildFindSnapshot. Returns the step and whether the
+    /// caller continues with xmin/purge (the C function's boolean result).
+    fn find_snapshot(
+        &mut self,
+        lsn: Lsn,
+        running: &RunningXacts,
+        restore: &mut dyn FnMut(Lsn) -> RestoreResult,
+    ) -> Result<(Step, bool), (Step, OnDiskError)> {
+        let before = self.state;
+        // Pre-filter: the record is older than the xmin horizon we can rely on.
+        if xid::is_normal(self.initial_xmin_horizon)
+            && xid::normal_precedes(running.oldest_running_xid, self.initial_xmin_horizon)
+        {
+            let mut s = self.step(Branch::XminHorizonTooLow, before);
+            s.message = Some(msg(
+                Level::Debug1,
+                format_args!(
+                    "skipping snapshot at {lsn} while building logical decoding snapshot, xmin horizon too low"
+                ),
+                format_args!(
+                    "initial xmin horizon of {} vs the snapshot's {}",
+                    self.initial_xmin_horizon, running.oldest_running_xid
+                ),
+            ));
+            s.wait_xids = Self::wait_snapshot_xids(running, self.initial_xmin_horizon);
+            return Ok((s, true));
+        }
+
+        // a) nothing running: consistent right away.
+        if running.oldest_running_xid == running.next_xid {
+            if !self.start_decoding_at.is_valid() || self.start_decoding_at <= lsn {
+                self.start_decoding_at = Lsn(lsn.0 + 1);
+            }
+            self.xmin = running.next_xid;
+            self.xmax = running.next_xid;
+            self.state = SnapBuildState::Consistent;
+            self.next_phase_at = INVALID_TRANSACTION_ID;
+            let mut s = self.step(Branch::A, before);
+            s.message = Some(msg(
+                Level::Log,
+                format_args!("logical decoding found consistent point at {lsn}"),
+                format_args!("There are no running transactions."),
+            ));
+            return Ok((s, false));
+        }
+
+        // b) a usable serialized snapshot, unless building a full snapshot or (18+)
+        // creating a slot.
+        let may_restore = !self.building_full_snapshot
+            && !(self.in_slot_creation && self.major.restore_checks_in_slot_creation());
+        if may_restore {
+            match self.restore(lsn, restore) {
+                Ok(true) => {
+                    if self.major.remembers_initial_running_xacts() {
+                        let mut v = running.xids.clone();
+                        v.sort_by(xid::xid_comparator);
+                        self.initial_running_xacts = v;
+                    }
+                    let mut s = self.step(Branch::B, before);
+                    s.restored_from = Some(lsn);
+                    s.message = Some(restore_message(lsn));
+                    return Ok((s, false));
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    let s = self.step(Branch::B, before);
+                    return Err((s, e));
+                }
+            }
+        }
+
+        if self.state == SnapBuildState::Start {
+            // c) START -> BUILDING_SNAPSHOT
+            self.state = SnapBuildState::BuildingSnapshot;
+            self.next_phase_at = running.next_xid;
+            self.xmin = running.next_xid;
+            self.xmax = running.next_xid;
+            let mut s = self.step(Branch::C1, before);
+            s.message = Some(msg(
+                Level::Log,
+                format_args!("logical decoding found initial starting point at {lsn}"),
+                format_args!(
+                    "Waiting for transactions (approximately {}) older than {} to end.",
+                    running.xcnt as i32, running.next_xid
+                ),
+            ));
+            s.wait_xids = Self::wait_snapshot_xids(running, running.next_xid);
+            Ok((s, true))
+        } else if self.state == SnapBuildState::BuildingSnapshot
+            && xid::precedes_or_equals(self.next_phase_at, running.oldest_running_xid)
+        {
+            // c) BUILDING_SNAPSHOT -> FULL_SNAPSHOT
+            self.state = SnapBuildState::FullSnapshot;
+            self.next_phase_at = running.next_xid;
+            let mut s = self.step(Branch::C2, before);
+            s.message = Some(msg(
+                Level::Log,
+                format_args!("logical decoding found initial consistent point at {lsn}"),
+                format_args!(
+                    "Waiting for transactions (approximately {}) older than {} to end.",
+                    running.xcnt as i32, running.next_xid
+                ),
+            ));
+            s.wait_xids = Self::wait_snapshot_xids(running, running.next_xid);
+            Ok((s, true))
+        } else if self.state == SnapBuildState::FullSnapshot
+            && xid::precedes_or_equals(self.next_phase_at, running.oldest_running_xid)
+        {
+            // c) FULL_SNAPSHOT -> CONSISTENT
+            self.state = SnapBuildState::Consistent;
+            self.next_phase_at = INVALID_TRANSACTION_ID;
+            let mut s = self.step(Branch::C3, before);
+            s.message = Some(msg(
+                Level::Log,
+                format_args!("logical decoding found consistent point at {lsn}"),
+                format_args!("There are no old transactions anymore."),
+            ));
+            Ok((s, true))
+        } else {
+            Ok((self.step(Branch::FallThrough, before), true))
+        }
+    }
+
+    /// Re-runs snapbuild.c SnapBuildRestore: adopt a consistent serialized snapshot at
+    /// `lsn` if there is one whose xmin is not below `initial_xmin_horizon`.
+    fn restore(
+        &mut self,
+        lsn: Lsn,
+        restore: &mut dyn FnMut(Lsn) -> RestoreResult,
+    ) -> Result<bool, OnDiskError> {
+        if self.state == SnapBuildState::Consistent {
+            return Ok(false);
+        }
+        let Some(ondisk) = restore(lsn)? else {
+            return Ok(false);
+        };
+        let b = &ondisk.builder;
+        if b.state < SnapBuildState::Consistent.raw() {
+            return Ok(false);
+        }
+        if xid::precedes(b.xmin, self.initial_xmin_horizon) {
+            return Ok(false);
+        }
+        self.next_phase_at = INVALID_TRANSACTION_ID;
+        self.xmin = b.xmin;
+        self.xmax = b.xmax;
+        self.state = SnapBuildState::from_raw(b.state).unwrap_or(SnapBuildState::Consistent);
+        if !ondisk.committed_xip.is_empty() {
+            self.committed_xcnt_space = ondisk.committed_xip.len() as u64;
+            self.committed_xip = ondisk.committed_xip.clone();
+        } else {
+            self.committed_xip.clear();
+        }
+        self.catchange_xip = ondisk.catchange_xip.clone();
+        Ok(true)
+    }
+
+    /// Re-runs snapbuild.c SnapBuildSerializationPoint (XLOG_CHECKPOINT_SHUTDOWN and
+    /// XLOG_END_OF_RECOVERY): restore when not consistent, serialize when consistent.
+    pub fn serialization_point(
+        &mut self,
+        lsn: Lsn,
+        restore: &mut dyn FnMut(Lsn) -> RestoreResult,
+    ) -> Result<Step, (Step, OnDiskError)> {
+        let before = self.state;
+        if self.state < SnapBuildState::Consistent {
+            let mut s = self.step(Branch::SerializationPointRestore, before);
+            match self.restore(lsn, restore) {
+                Ok(true) => {
+                    s.restored_from = Some(lsn);
+                    s.message = Some(restore_message(lsn));
+                }
+                Ok(false) => {}
+                Err(e) => return Err((s, e)),
+            }
+            Ok(s)
+        } else {
+            let mut s = self.step(Branch::SerializationPointSerialize, before);
+            s.serialized = Some(self.serialize(lsn));
+            Ok(s)
+        }
+    }
+
+    /// Re-runs snapbuild.c SnapBuildSerialize's content: the file the server writes at
+    /// `lsn` (and remembers `lsn` as the last serialization point).
+    pub fn serialize(&mut self, lsn: Lsn) -> SnapBuildOnDisk {
+        let version = self.major.snapbuild_version();
+        let catchange = if self.major.serializes_catchange() {
+            self.reorder.catalog_changes_xacts()
+        } else {
+            Vec::new()
+        };
+        let file = SnapBuildOnDisk {
+            magic: SNAPBUILD_MAGIC,
+            checksum: 0,
+            version,
+            length: 0,
+            builder: OnDiskBuilder {
+                state: self.state.raw(),
+                xmin: self.xmin,
+                xmax: self.xmax,
+                start_decoding_at: self.start_decoding_at,
+                two_phase_at: self.two_phase_at,
+                initial_xmin_horizon: self.initial_xmin_horizon,
+                building_full_snapshot: self.building_full_snapshot,
+                in_slot_creation: (version >= 6).then_some(self.in_slot_creation),
+                last_serialized_snapshot: self.last_serialized_snapshot,
+                next_phase_at: self.next_phase_at,
+                committed_xcnt: self.committed_xip.len() as u64,
+                committed_xcnt_space: self.committed_xcnt_space,
+                includes_all_transactions: self.includes_all_transactions,
+                catchange_xcnt: (version >= 5).then_some(catchange.len() as u64),
+            },
+            committed_xip: self.committed_xip.clone(),
+            catchange_xip: catchange,
+        };
+        // Fill in checksum and length exactly as written.
+        let file = match file.encode() {
+            Some(bytes) => SnapBuildOnDisk::decode(&bytes, version).unwrap_or(file),
+            None => file,
+        };
+        self.last_serialized_snapshot = lsn;
+        file
+    }
+
+    /// Re-runs snapbuild.c SnapBuildPurgeOlderTxn: forget committed xids older than
+    /// xmin (and catchange / initial running xids older than xmin).
+    pub fn purge_older_txn(&mut self) {
+        if !xid::is_normal(self.xmin) {
+            return;
+        }
+        let xmin = self.xmin;
+        self.committed_xip
+            .retain(|x| !xid::normal_precedes(*x, xmin));
+        if !self.catchange_xip.is_empty() {
+            let off = self
+                .catchange_xip
+                .iter()
+                .position(|x| xid::follows_or_equals(*x, xmin))
+                .unwrap_or(self.catchange_xip.len());
+            self.catchange_xip.drain(..off);
+        }
+        if !self.initial_running_xacts.is_empty() {
+            self.initial_running_xacts
+                .retain(|x| !xid::normal_precedes(*x, xmin));
+        }
+    }
+
+    /// Re-runs snapbuild.c SnapBuildAddCommittedTxn (growth `space * 2 + 1`).
+    fn add_committed_txn(&mut self, x: TransactionId) {
+        if self.committed_xip.len() as u64 == self.committed_xcnt_space {
+            self.committed_xcnt_space = self.committed_xcnt_space * 2 + 1;
+        }
+        self.committed_xip.push(x);
+    }
+
+    /// Re-runs snapbuild.c SnapBuildXidHasCatalogChanges: flagged in the reorder buffer,
+    /// or (commit record with invalidations) listed in catchange (16+) /
+    /// InitialRunningXacts (14, 15).
+    pub fn xid_has_catalog_changes(&self, x: TransactionId, has_invals: bool) -> bool {
+        if self.reorder.has_catalog_changes(x) {
+            return true;
+        }
+        if !has_invals {
+            return false;
+        }
+        let list = if self.major.remembers_initial_running_xacts() {
+            &self.initial_running_xacts
+        } else {
+            &self.catchange_xip
+        };
+        list.binary_search(&x).is_ok()
+    }
+
+    /// decode.c xact_decode + DecodeCommit + snapbuild.c SnapBuildCommitTxn for a commit
+    /// of `xid` with `subxacts`; `has_invals` is `XACT_XINFO_HAS_INVALS` in xinfo.
+    pub fn commit(
+        &mut self,
+        lsn: Lsn,
+        x: TransactionId,
+        subxacts: &[TransactionId],
+        has_invals: bool,
+    ) -> CommitVerdict {
+        if self.state < SnapBuildState::FullSnapshot {
+            // xact_decode bails out before the builder sees it; the transaction stays in
+            // the reorder buffer until ReorderBufferAbortOld.
+            return CommitVerdict::NotSeenBeforeFull;
+        }
+        let v = self.commit_txn(lsn, x, subxacts, has_invals);
+        for s in subxacts {
+            self.reorder.cleanup(*s);
+        }
+        self.reorder.cleanup(x);
+        v
+    }
+
+    /// Re-runs snapbuild.c SnapBuildCommitTxn.
+    pub fn commit_txn(
+        &mut self,
+        lsn: Lsn,
+        x: TransactionId,
+        subxacts: &[TransactionId],
+        has_invals: bool,
+    ) -> CommitVerdict {
+        let mut needs_timetravel = false;
+        let mut sub_needs_timetravel = false;
+        let mut xmax = x;
+        if self.state == SnapBuildState::Start
+            || (self.state == SnapBuildState::BuildingSnapshot
+                && xid::precedes(x, self.next_phase_at))
+        {
+            if self.start_decoding_at <= lsn {
+                self.start_decoding_at = Lsn(lsn.0 + 1);
+            }
+            return CommitVerdict::SkippedBeforeBuilding;
+        }
+        if self.state < SnapBuildState::Consistent {
+            if self.start_decoding_at <= lsn {
+                self.start_decoding_at = Lsn(lsn.0 + 1);
+            }
+            if self.building_full_snapshot {
+                needs_timetravel = true;
+            }
+        }
+        for &sub in subxacts {
+            if self.xid_has_catalog_changes(sub, has_invals) {
+                sub_needs_timetravel = true;
+                self.add_committed_txn(sub);
+                if xid::normal_follows(sub, xmax) {
+                    xmax = sub;
+                }
+            } else if needs_timetravel {
+                self.add_committed_txn(sub);
+                if xid::normal_follows(sub, xmax) {
+                    xmax = sub;
+                }
+            }
+        }
+        let forced;
+        if self.xid_has_catalog_changes(x, has_invals) {
+            needs_timetravel = true;
+            forced = false;
+            self.add_committed_txn(x);
+        } else if sub_needs_timetravel || needs_timetravel {
+            needs_timetravel = true;
+            forced = true;
+            self.add_committed_txn(x);
+        } else {
+            forced = false;
+        }
+        if !needs_timetravel {
+            self.includes_all_transactions = false;
+            return CommitVerdict::NotCatalogChanging;
+        }
+        let mut xmax_advanced = false;
+        if !xid::is_valid(self.xmax) || xid::follows_or_equals(xmax, self.xmax) {
+            self.xmax = xid::advance(xmax);
+            xmax_advanced = true;
+        }
+        CommitVerdict::Timetravel {
+            xmax_advanced,
+            forced,
+        }
+    }
+
+    /// decode.c DecodeAbort: the reorder buffer forgets `xid` and `subxacts`
+    /// (the builder itself is not told; xact_decode bails before FULL_SNAPSHOT).
+    pub fn abort(&mut self, x: TransactionId, subxacts: &[TransactionId]) {
+        if self.state < SnapBuildState::FullSnapshot {
+            return;
+        }
+        for s in subxacts {
+            self.reorder.cleanup(*s);
+        }
+        self.reorder.cleanup(x);
+    }
+
+    /// decode.c: HEAP2 NEW_CID (SnapBuildProcessNewCid) and XACT INVALIDATIONS mark
+    /// `xid` catalog-modifying — only once the builder is at least FULL_SNAPSHOT.
+    pub fn mark_catalog_changes(&mut self, x: TransactionId) {
+        if self.state < SnapBuildState::FullSnapshot || !xid::is_valid(x) {
+            return;
+        }
+        self.reorder.set_catalog_changes(x);
+    }
+}
+
+fn restore_message(lsn: Lsn) -> ServerMessage {
+    msg(
+        Level::Log,
+        format_args!("logical decoding found consistent point at {lsn}"),
+        format_args!("Logical decoding will begin using saved snapshot."),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(major: u32) -> BuilderParams {
+        BuilderParams {
+            major: PgMajor(major),
+            initial_xmin_horizon: 0,
+            start_decoding_at: INVALID_LSN,
+            building_full_snapshot: false,
+            in_slot_creation: true,
+            two_phase_at: INVALID_LSN,
+        }
+    }
+
+    fn rx(oldest: u32, next: u32, xids: &[u32]) -> RunningXacts {
+        RunningXacts {
+            xcnt: xids.len() as u32,
+            subxcnt: 0,
+            subxid_overflow: false,
+            next_xid: next,
+            oldest_running_xid: oldest,
+            latest_completed_xid: next.wrapping_sub(1),
+            xids: xids.to_vec(),
+        }
+    }
+
+    fn no_file(_: Lsn) -> RestoreResult {
+        Ok(None)
+    }
+
+    /// Seed 000 §9.7's worked example, with the branch the server really takes on the
+    /// third record (a, not c-3: a is tested first whatever the state).
+    #[test]
+    fn seed_000_worked_example() {
+        let mut b = SnapBuild::new(&params(18));
+        let s1 = b
+            .process_running_xacts(Lsn(0x100), &rx(401, 503, &[401, 402]), &mut no_file)
+            .unwrap();
+        assert_eq!(s1.branch, Branch::C1);
+        assert_eq!(b.state, SnapBuildState::BuildingSnapshot);
+        assert_eq!(b.next_phase_at, 503);
+        assert_eq!((b.xmin, b.xmax), (401, 503)); // xmin := oldestRunningXid after c-1
+        assert_eq!(s1.wait_xids, vec![401, 402]);
+        assert_eq!(
+            s1.message.as_ref().unwrap().detail.as_str(),
+            "Waiting for transactions (approximately 2) older than 503 to end."
+        );
+
+        let s2 = b
+            .process_running_xacts(Lsn(0x200), &rx(503, 520, &[503, 510]), &mut no_file)
+            .unwrap();
+        assert_eq!(s2.branch, Branch::C2);
+        assert_eq!(b.state, SnapBuildState::FullSnapshot);
+        assert_eq!(b.next_phase_at, 520);
+
+        let s3 = b
+            .process_running_xacts(Lsn(0x300), &rx(521, 521, &[]), &mut no_file)
+            .unwrap();
+        assert_eq!(s3.branch, Branch::A);
+        assert_eq!(b.state, SnapBuildState::Consistent);
+        assert_eq!((b.xmin, b.xmax), (521, 521));
+        assert_eq!(b.start_decoding_at, Lsn(0x301));
+        assert_eq!(
+            s3.message.as_ref().unwrap().message.as_str(),
+            "logical decoding found consistent point at 0/300"
+        );
+        assert_eq!(
+            s3.message.as_ref().unwrap().detail.as_str(),
+            "There are no running transactions."
+        );
+    }
+
+    #[test]
+    fn c3_needs_a_running_transaction() {
+        let mut b = SnapBuild::new(&params(18));
+        b.process_running_xacts(Lsn(1), &rx(754, 756, &[754, 755]), &mut no_file)
+            .unwrap();
+        b.process_running_xacts(Lsn(2), &rx(756, 757, &[756]), &mut no_file)
+            .unwrap();
+        let s = b
+            .process_running_xacts(Lsn(3), &rx(757, 758, &[757]), &mut no_file)
+            .unwrap();
+        assert_eq!(s.branch, Branch::C3);
+        assert_eq!(
+            s.message.unwrap().detail.as_str(),
+            "There are no old transactions anymore."
+        );
+        assert_eq!(b.xmin, 757);
+    }
+
+    #[test]
+    fn fall_through_while_waiting() {
+        let mut b = SnapBuild::new(&params(18));
+        b.process_running_xacts(Lsn(1), &rx(754, 756, &[754, 755]), &mut no_file)
+            .unwrap();
+        let s = b
+            .process_running_xacts(Lsn(2), &rx(755, 757, &[755, 756]), &mut no_file)
+            .unwrap();
+        assert_eq!(s.branch, Branch::FallThrough);
+        assert_eq!(b.state, SnapBuildState::BuildingSnapshot);
+        assert_eq!(b.xmin, 755);
+    }
+
+    #[test]
+    fn xmin_horizon_prefilter() {
+        let mut p = params(18);
+        p.initial_xmin_horizon = 800;
+        let mut b = SnapBuild::new(&p);
+        let s = b
+            .process_running_xacts(Lsn(1), &rx(790, 805, &[790, 801]), &mut no_file)
+            .unwrap();
+        assert_eq!(s.branch, Branch::XminHorizonTooLow);
+        assert_eq!(s.wait_xids, vec![790]);
+        assert_eq!(b.state, SnapBuildState::Start);
+    }
+
+    fn consistent_file(xmin: u32, xmax: u32) -> SnapBuildOnDisk {
+        let mut b = SnapBuild::new(&params(18));
+        b.process_running_xacts(Lsn(1), &rx(xmin, xmin, &[]), &mut no_file)
+            .unwrap();
+        b.xmax = xmax;
+        b.serialize(Lsn(0x500))
+    }
+
+    #[test]
+    fn branch_b_only_outside_slot_creation_on_18() {
+        let file = consistent_file(900, 901);
+        let mut with_file = |_: Lsn| -> RestoreResult { Ok(Some(file.clone())) };
+        let mut creating = SnapBuild::new(&params(18));
+        let s = creating
+            .process_running_xacts(Lsn(0x500), &rx(899, 902, &[899]), &mut with_file)
+            .unwrap();
+        assert_eq!(s.branch, Branch::C1);
+
+        let mut p = params(18);
+        p.in_slot_creation = false;
+        let mut restarting = SnapBuild::new(&p);
+        let s = restarting
+            .process_running_xacts(Lsn(0x500), &rx(899, 902, &[899]), &mut with_file)
+            .unwrap();
+        assert_eq!(s.branch, Branch::B);
+        assert_eq!(restarting.state, SnapBuildState::Consistent);
+        assert_eq!((restarting.xmin, restarting.xmax), (900, 901));
+        assert_eq!(
+            s.message.unwrap().detail.as_str(),
+            "Logical decoding will begin using saved snapshot."
+        );
+
+        // PostgreSQL 15's builder has no in_slot_creation test.
+        let mut pg15 = SnapBuild::new(&params(15));
+        let mut f15 = file.clone();
+        f15.version = 4;
+        let mut with15 = |_: Lsn| -> RestoreResult { Ok(Some(f15.clone())) };
+        let s = pg15
+            .process_running_xacts(Lsn(0x500), &rx(899, 902, &[899]), &mut with15)
+            .unwrap();
+        assert_eq!(s.branch, Branch::B);
+        assert_eq!(pg15.initial_running_xacts, vec![899]);
+    }
+
+    #[test]
+    fn restore_refuses_xmin_below_horizon_and_inconsistent_files() {
+        let file = consistent_file(900, 901);
+        let mut p = params(18);
+        p.in_slot_creation = false;
+        p.initial_xmin_horizon = 950;
+        let mut b = SnapBuild::new(&p);
+        let mut with_file = |_: Lsn| -> RestoreResult { Ok(Some(file.clone())) };
+        let s = b
+            .process_running_xacts(Lsn(0x500), &rx(960, 970, &[960]), &mut with_file)
+            .unwrap();
+        assert_eq!(s.branch, Branch::C1);
+    }
+
+    #[test]
+    fn consistent_builder_serializes_before_moving_xmin() {
+        let mut b = SnapBuild::new(&params(18));
+        b.process_running_xacts(Lsn(1), &rx(700, 700, &[]), &mut no_file)
+            .unwrap();
+        let s = b
+            .process_running_xacts(Lsn(0x900), &rx(705, 710, &[705]), &mut no_file)
+            .unwrap();
+        assert_eq!(s.branch, Branch::Serialize);
+        let f = s.serialized.unwrap();
+        assert_eq!((f.builder.xmin, f.builder.xmax), (700, 700));
+        assert_eq!(b.xmin, 705);
+        assert_eq!(b.last_serialized_snapshot, Lsn(0x900));
+        // The prediction is a valid file.
+        let bytes = f.encode().unwrap();
+        assert_eq!(bytes.len(), 144);
+        assert!(SnapBuildOnDisk::decode(&bytes, 6).is_ok());
+    }
+
+    #[test]
+    fn catalog_commit_advances_xmax_and_is_purged_later() {
+        let mut b = SnapBuild::new(&params(18));
+        b.process_running_xacts(Lsn(1), &rx(700, 700, &[]), &mut no_file)
+            .unwrap();
+        b.reorder.process_xid(702);
+        b.mark_catalog_changes(702);
+        let v = b.commit(Lsn(10), 702, &[], true);
+        assert_eq!(
+            v,
+            CommitVerdict::Timetravel {
+                xmax_advanced: true,
+                forced: false
+            }
+        );
+        assert_eq!(b.xmax, 703);
+        assert_eq!(b.committed_xip, vec![702]);
+        let v = b.commit(Lsn(11), 704, &[], false);
+        assert_eq!(v, CommitVerdict::NotCatalogChanging);
+        assert!(!b.includes_all_transactions);
+        b.process_running_xacts(Lsn(20), &rx(705, 705, &[]), &mut no_file)
+            .unwrap();
+        assert!(b.committed_xip.is_empty());
+    }
+
+    #[test]
+    fn subtransaction_catalog_change_forces_parent() {
+        let mut b = SnapBuild::new(&params(18));
+        b.process_running_xacts(Lsn(1), &rx(700, 700, &[]), &mut no_file)
+            .unwrap();
+        b.reorder.assign_child(710, 711);
+        b.mark_catalog_changes(711);
+        assert!(b.reorder.has_catalog_changes(710));
+        // Serialized while running: both are in catchange.
+        assert_eq!(b.reorder.catalog_changes_xacts(), vec![710, 711]);
+        b.commit(Lsn(5), 710, &[711], true);
+        assert_eq!(b.committed_xip, vec![711, 710]);
+        assert_eq!(b.xmax, 712);
+        assert!(b.reorder.is_empty());
+    }
+
+    #[test]
+    fn abort_old_stops_at_first_young_transaction() {
+        let mut r = ReorderModel::default();
+        r.process_xid(10);
+        r.process_xid(30);
+        r.process_xid(20);
+        r.abort_old(25);
+        assert_eq!(r.len(), 2); // 20 survives behind 30
+    }
+
+    #[test]
+    fn committed_space_grows_like_the_server() {
+        let mut b = SnapBuild::new(&params(18));
+        for x in 0..129u32 {
+            b.add_committed_txn(1000 + x);
+        }
+        assert_eq!(b.committed_xcnt_space, 257);
+    }
+
+    #[test]
+    fn wraparound_in_the_state_machine() {
+        let mut b = SnapBuild::new(&params(18));
+        let near = u32::MAX - 1;
+        b.process_running_xacts(Lsn(1), &rx(near, 4, &[near, u32::MAX]), &mut no_file)
+            .unwrap();
+        assert_eq!(b.next_phase_at, 4);
+        // oldest 4 >= next_phase_at 4 across the wrap: BUILDING -> FULL.
+        let s = b
+            .process_running_xacts(Lsn(2), &rx(4, 6, &[4]), &mut no_file)
+            .unwrap();
+        assert_eq!(s.branch, Branch::C2);
+        // An oldest xid just before the wrap does not satisfy the next phase.
+        let mut b2 = SnapBuild::new(&params(18));
+        b2.process_running_xacts(Lsn(1), &rx(near, 4, &[near]), &mut no_file)
+            .unwrap();
+        let s = b2
+            .process_running_xacts(Lsn(2), &rx(u32::MAX, 5, &[u32::MAX]), &mut no_file)
+            .unwrap();
+        assert_eq!(s.branch, Branch::FallThrough);
+    }
+}

@@ -1,0 +1,131 @@
+//! SQL-facing value types: `xid` and `pg_lsn` columns whose zero is a value, not NULL.
+//!
+//! pgrx maps `TransactionId::INVALID` to NULL; PostgreSQL's own inspection functions
+//! (pg_logicalinspect, pg_get_replication_slots) print `0` and `0/0`. These wrappers keep
+//! the server's convention so our columns compare equal to theirs.
+
+use pgrx::pg_sys;
+use pgrx::pgrx_sql_entity_graph::metadata::{
+    ArgumentError, ReturnsError, ReturnsRef, SqlMappingRef, SqlTranslatable, TypeOrigin,
+};
+use pgrx::IntoDatum;
+
+/// An `xid` column value (32-bit, 0 shown as `0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Xid(pub u32);
+
+impl IntoDatum for Xid {
+    fn into_datum(self) -> Option<pg_sys::Datum> {
+        Some(pg_sys::Datum::from(self.0))
+    }
+    fn type_oid() -> pg_sys::Oid {
+        pg_sys::XIDOID
+    }
+}
+
+unsafe impl SqlTranslatable for Xid {
+    const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(Xid);
+    const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
+    const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Ok(SqlMappingRef::literal("xid"));
+    const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
+        Ok(ReturnsRef::One(SqlMappingRef::literal("xid")));
+}
+
+/// A `pg_lsn` column value (`XLogRecPtr`, 0 shown as `0/0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PgLsn(pub u64);
+
+impl IntoDatum for PgLsn {
+    fn into_datum(self) -> Option<pg_sys::Datum> {
+        Some(pg_sys::Datum::from(self.0))
+    }
+    fn type_oid() -> pg_sys::Oid {
+        pg_sys::PG_LSNOID
+    }
+}
+
+unsafe impl SqlTranslatable for PgLsn {
+    const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(PgLsn);
+    const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
+    const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Ok(SqlMappingRef::literal("pg_lsn"));
+    const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
+        Ok(ReturnsRef::One(SqlMappingRef::literal("pg_lsn")));
+}
+
+impl From<snapbuild_core::Lsn> for PgLsn {
+    fn from(l: snapbuild_core::Lsn) -> Self {
+        PgLsn(l.0)
+    }
+}
+
+/// `xid[]` from a slice.
+pub fn xids(v: &[u32]) -> Vec<Xid> {
+    v.iter().map(|x| Xid(*x)).collect()
+}
+
+/// A `name` value (NAMEDATALEN-bounded identifier), for slot names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PgName(pub String);
+
+impl IntoDatum for PgName {
+    fn into_datum(self) -> Option<pg_sys::Datum> {
+        let max = pg_sys::NAMEDATALEN as usize - 1;
+        let bytes = self.0.as_bytes();
+        let n = bytes.len().min(max);
+        unsafe {
+            let p = pg_sys::palloc0(pg_sys::NAMEDATALEN as usize) as *mut u8;
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, n);
+            Some(pg_sys::Datum::from(p))
+        }
+    }
+    fn type_oid() -> pg_sys::Oid {
+        pg_sys::NAMEOID
+    }
+}
+
+impl pgrx::FromDatum for PgName {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _: pg_sys::Oid,
+    ) -> Option<Self> {
+        if is_null {
+            return None;
+        }
+        let p = datum.cast_mut_ptr::<std::ffi::c_char>();
+        Some(PgName(
+            std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned(),
+        ))
+    }
+}
+
+unsafe impl<'fcx> pgrx::callconv::ArgAbi<'fcx> for PgName {
+    unsafe fn unbox_arg_unchecked(arg: pgrx::callconv::Arg<'_, 'fcx>) -> Self {
+        let index = arg.index();
+        arg.unbox_arg_using_from_datum()
+            .unwrap_or_else(|| panic!("argument {index} must not be null"))
+    }
+}
+
+unsafe impl SqlTranslatable for PgName {
+    const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(PgName);
+    const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
+    const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Ok(SqlMappingRef::literal("name"));
+    const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
+        Ok(ReturnsRef::One(SqlMappingRef::literal("name")));
+}
+
+macro_rules! box_ret_via_into_datum {
+    ($($t:ty),*) => {
+        $(unsafe impl pgrx::callconv::BoxRet for $t {
+            unsafe fn box_into<'fcx>(self, fcinfo: &mut pgrx::callconv::FcInfo<'fcx>) -> pgrx::datum::Datum<'fcx> {
+                match self.into_datum() {
+                    Some(datum) => unsafe { fcinfo.return_raw_datum(datum) },
+                    None => fcinfo.return_null(),
+                }
+            }
+        })*
+    };
+}
+
+box_ret_via_into_datum!(Xid, PgLsn, PgName);
