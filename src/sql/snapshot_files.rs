@@ -24,7 +24,7 @@ pub type InfoRow = (
     PgLsn,            // last_serialized_snapshot
     Xid,              // next_phase_at
     i32,              // committed_count
-    Vec<Xid>,         // committed_xip
+    Option<Vec<Xid>>, // committed_xip (NULL when empty, as pg_logicalinspect)
     Option<i32>,      // catchange_count
     Option<Vec<Xid>>, // catchange_xip
 );
@@ -37,7 +37,9 @@ pub fn state_name(raw: i32) -> String {
         .to_owned()
 }
 
-/// Columns for a decoded file. A decoded file always passed its checksum.
+/// Columns for a decoded file. A decoded file always passed its checksum. Empty xid
+/// arrays are NULL, and `catchange_*` are NULL where the on-disk version has no such
+/// field (before 16), as contrib pg_logicalinspect shows them.
 pub fn info_row(f: &SnapBuildOnDisk) -> InfoRow {
     let b = &f.builder;
     (
@@ -56,9 +58,9 @@ pub fn info_row(f: &SnapBuildOnDisk) -> InfoRow {
         b.last_serialized_snapshot.into(),
         Xid(b.next_phase_at),
         f.committed_xip.len() as i32,
-        xids(&f.committed_xip),
+        (!f.committed_xip.is_empty()).then(|| xids(&f.committed_xip)),
         b.catchange_xcnt.map(|_| f.catchange_xip.len() as i32),
-        b.catchange_xcnt.map(|_| xids(&f.catchange_xip)),
+        (!f.catchange_xip.is_empty()).then(|| xids(&f.catchange_xip)),
     )
 }
 
@@ -90,7 +92,7 @@ fn snapbuild_snapshot_info(
         name!(last_serialized_snapshot, PgLsn),
         name!(next_phase_at, Xid),
         name!(committed_count, i32),
-        name!(committed_xip, Vec<Xid>),
+        name!(committed_xip, Option<Vec<Xid>>),
         name!(catchange_count, Option<i32>),
         name!(catchange_xip, Option<Vec<Xid>>),
     ),
@@ -174,7 +176,7 @@ fn snapbuild_snapshot_files() -> TableIterator<
                     Some(r.12),
                     Some(r.13),
                     Some(r.14),
-                    Some(r.15),
+                    r.15,
                     r.16,
                     r.17,
                     None,
