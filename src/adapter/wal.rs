@@ -118,6 +118,7 @@ impl WalReader {
                 end_lsn: Lsn((*r).EndRecPtr),
                 xid: (*d).header.xl_xid.into_inner(),
                 top_xid: (*d).toplevel_xid.into_inner(),
+                rmid,
                 kind,
             };
             let data: &[u8] = if (*d).main_data.is_null() || (*d).main_data_len == 0 {

@@ -4,7 +4,7 @@
 
 use crate::lsn::Lsn;
 use crate::ondisk::{OnDiskError, SnapBuildOnDisk};
-use crate::records::RecordKind;
+use crate::records::{RecordKind, RM_XACT_ID};
 use crate::running_xacts::RunningXacts;
 use crate::snapbuild::{
     Branch, BuilderParams, CommitVerdict, Level, RestoreResult, SnapBuild, SnapBuildState, Step,
@@ -22,6 +22,8 @@ pub struct RecordHead {
     pub xid: TransactionId,
     /// `XLogRecGetTopXid` (valid only on the first record of a subtransaction).
     pub top_xid: TransactionId,
+    /// `XLogRecGetRmid`.
+    pub rmid: u8,
     pub kind: RecordKind,
 }
 
@@ -141,7 +143,11 @@ impl Replay {
         if xid::is_valid(head.top_xid) {
             self.builder.reorder.assign_child(head.top_xid, head.xid);
         }
-        self.builder.reorder.process_xid(head.xid);
+        // Every rmgr's decode routine (or the generic path for rmgrs without one) makes
+        // the record's xid known, except xact_decode, which does so only for PREPARE.
+        if head.rmid != RM_XACT_ID {
+            self.builder.reorder.process_xid(head.xid);
+        }
         let fail = |s: &Self, step: Step, error: OnDiskError| ReplayError {
             row: s.row(head, before, Some(step)),
             error,
@@ -190,6 +196,12 @@ impl Replay {
                 Payload::Abort { xid: x, subxacts },
             ) => {
                 self.builder.abort(*x, subxacts);
+                Ok(None)
+            }
+            (RecordKind::Prepare, _) => {
+                if self.builder.state >= SnapBuildState::FullSnapshot {
+                    self.builder.reorder.process_xid(head.xid);
+                }
                 Ok(None)
             }
             (RecordKind::NewCid | RecordKind::Invalidations, _) => {
@@ -264,12 +276,21 @@ mod tests {
         };
         let mut r = Replay::new(&p);
         let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
-        let head = |lsn: u64, kind, xid| RecordHead {
-            lsn: Lsn(lsn),
-            end_lsn: Lsn(lsn + 8),
-            xid,
-            top_xid: 0,
-            kind,
+        let head = |lsn: u64, kind: RecordKind, xid| {
+            let rmid = match kind {
+                RecordKind::RunningXacts => crate::records::RM_STANDBY_ID,
+                RecordKind::NewCid => crate::records::RM_HEAP2_ID,
+                RecordKind::CheckpointShutdown => crate::records::RM_XLOG_ID,
+                _ => RM_XACT_ID,
+            };
+            RecordHead {
+                lsn: Lsn(lsn),
+                end_lsn: Lsn(lsn + 8),
+                xid,
+                top_xid: 0,
+                rmid,
+                kind,
+            }
         };
         let rx = RunningXacts {
             xcnt: 0,
