@@ -14,11 +14,15 @@ pgrx::extension_sql!(
     r#"
 REVOKE ALL ON FUNCTION snapbuild_snapshot_info(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION snapbuild_snapshot_files() FROM PUBLIC;
-REVOKE ALL ON FUNCTION snapbuild_trace(name) FROM PUBLIC;
+REVOKE ALL ON FUNCTION snapbuild_trace(name, bool) FROM PUBLIC;
+REVOKE ALL ON FUNCTION snapbuild_trace_json(name, bool) FROM PUBLIC;
+REVOKE ALL ON FUNCTION snapbuild_trace_range(pg_lsn, pg_lsn, xid, bool, bool, pg_lsn, bool) FROM PUBLIC;
 REVOKE ALL ON FUNCTION snapbuild_slots() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION snapbuild_snapshot_info(text) TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_snapshot_files() TO pg_read_server_files;
-GRANT EXECUTE ON FUNCTION snapbuild_trace(name) TO pg_read_server_files;
+GRANT EXECUTE ON FUNCTION snapbuild_trace(name, bool) TO pg_read_server_files;
+GRANT EXECUTE ON FUNCTION snapbuild_trace_json(name, bool) TO pg_read_server_files;
+GRANT EXECUTE ON FUNCTION snapbuild_trace_range(pg_lsn, pg_lsn, xid, bool, bool, pg_lsn, bool) TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_slots() TO pg_monitor;
 "#,
     name = "privileges",

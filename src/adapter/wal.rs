@@ -29,6 +29,8 @@ unsafe extern "C-unwind" {
 /// An open XLogReader positioned at the first valid record at or after a start LSN.
 pub struct WalReader {
     reader: *mut pg_sys::XLogReaderState,
+    /// Fill `RecordHead::name` with pg_waldump's `rmgr/TYPE` for every record.
+    pub with_names: bool,
 }
 
 /// One record, decoded far enough for the snapshot builder.
@@ -71,7 +73,10 @@ impl WalReader {
                     "out of memory while allocating a WAL reading processor",
                 );
             }
-            let this = WalReader { reader };
+            let this = WalReader {
+                reader,
+                with_names: false,
+            };
             let first = pg_sys::XLogFindNextRecord(reader, start.0);
             if first == 0 {
                 crate::adapter::raise(
@@ -120,6 +125,11 @@ impl WalReader {
                 top_xid: (*d).toplevel_xid.into_inner(),
                 rmid,
                 kind,
+                name: if self.with_names {
+                    Some(record_name(rmid, info))
+                } else {
+                    None
+                },
             };
             let data: &[u8] = if (*d).main_data.is_null() || (*d).main_data_len == 0 {
                 &[]
@@ -151,6 +161,7 @@ impl WalReader {
                         xid,
                         subxacts,
                         has_invals: parsed.xinfo & pg_sys::XACT_XINFO_HAS_INVALS != 0,
+                        db_id: parsed.dbId.to_u32(),
                     }
                 }
                 RecordKind::Abort | RecordKind::AbortPrepared if !data.is_empty() => {
@@ -168,10 +179,38 @@ impl WalReader {
                     };
                     Payload::Abort { xid, subxacts }
                 }
+                // xl_logical_message: Oid dbId, then bool transactional.
+                RecordKind::LogicalMessage if data.len() > 4 => Payload::Message {
+                    transactional: data[4] != 0,
+                },
                 _ => Payload::None,
             };
             Some(WalRecord { head, payload })
         }
+    }
+}
+
+/// pg_waldump's `rmgr/TYPE` for a record (rm_name and rm_identify).
+fn record_name(rmid: u8, info: u8) -> String {
+    unsafe {
+        if !pg_sys::RmgrIdExists(rmid as pg_sys::RmgrId) {
+            return format!("custom {rmid}/{info:02X}");
+        }
+        let rmgr = pg_sys::GetRmgr(rmid as pg_sys::RmgrId);
+        let name = if rmgr.rm_name.is_null() {
+            format!("{rmid}")
+        } else {
+            std::ffi::CStr::from_ptr(rmgr.rm_name)
+                .to_string_lossy()
+                .into_owned()
+        };
+        let ty = rmgr
+            .rm_identify
+            .map(|f| f(info))
+            .filter(|p| !p.is_null())
+            .map(|p| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned())
+            .unwrap_or_else(|| format!("UNKNOWN ({:X})", info & !0x0F));
+        format!("{name}/{ty}")
     }
 }
 

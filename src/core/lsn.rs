@@ -3,8 +3,15 @@
 use core::fmt;
 
 /// A PostgreSQL `XLogRecPtr`: a byte position in the WAL stream; 0 is invalid.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Lsn(pub u64);
+
+impl serde::Serialize for Lsn {
+    /// As `pg_lsn` text (`%X/%X`), the form tools and psql use.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
 
 /// `InvalidXLogRecPtr`.
 pub const INVALID_LSN: Lsn = Lsn(0);

@@ -9,6 +9,10 @@ pub const RM_XACT_ID: u8 = 1;
 pub const RM_STANDBY_ID: u8 = 8;
 /// `RM_HEAP2_ID`.
 pub const RM_HEAP2_ID: u8 = 9;
+/// `RM_HEAP_ID`.
+pub const RM_HEAP_ID: u8 = 10;
+/// `RM_LOGICALMSG_ID`.
+pub const RM_LOGICALMSG_ID: u8 = 21;
 
 /// `XLR_INFO_MASK`: low bits of xl_info reserved for the WAL machinery.
 pub const XLR_INFO_MASK: u8 = 0x0F;
@@ -43,6 +47,12 @@ pub enum RecordKind {
     Invalidations,
     /// HEAP2 `XLOG_HEAP2_NEW_CID` (0x70).
     NewCid,
+    /// A data change that goes through SnapBuildProcessChange: HEAP INSERT (0x00),
+    /// DELETE (0x10), UPDATE (0x20), TRUNCATE (0x30), HOT_UPDATE (0x40), CONFIRM (0x50);
+    /// HEAP2 MULTI_INSERT (0x50).
+    Change,
+    /// LOGICALMSG `XLOG_LOGICAL_MESSAGE` (only transactional ones count as changes).
+    LogicalMessage,
     /// Anything else (only its xid matters: ReorderBufferProcessXid).
     Other,
 }
@@ -67,7 +77,16 @@ impl RecordKind {
                 _ => RecordKind::Other,
             },
             RM_STANDBY_ID if info & !XLR_INFO_MASK == 0x10 => RecordKind::RunningXacts,
-            RM_HEAP2_ID if info & XLOG_HEAP_OPMASK == 0x70 => RecordKind::NewCid,
+            RM_HEAP2_ID => match info & XLOG_HEAP_OPMASK {
+                0x70 => RecordKind::NewCid,
+                0x50 => RecordKind::Change,
+                _ => RecordKind::Other,
+            },
+            RM_HEAP_ID => match info & XLOG_HEAP_OPMASK {
+                0x00 | 0x10 | 0x20 | 0x30 | 0x40 | 0x50 => RecordKind::Change,
+                _ => RecordKind::Other,
+            },
+            RM_LOGICALMSG_ID if info & !XLR_INFO_MASK == 0x00 => RecordKind::LogicalMessage,
             _ => RecordKind::Other,
         }
     }
@@ -86,6 +105,8 @@ impl RecordKind {
             RecordKind::Assignment => "ASSIGNMENT",
             RecordKind::Invalidations => "INVALIDATION",
             RecordKind::NewCid => "NEW_CID",
+            RecordKind::Change => "CHANGE",
+            RecordKind::LogicalMessage => "MESSAGE",
             RecordKind::Other => "OTHER",
         }
     }
@@ -122,5 +143,9 @@ mod tests {
         assert_eq!(RecordKind::classify(RM_XACT_ID, 0x20), RecordKind::Abort);
         assert_eq!(RecordKind::classify(RM_HEAP2_ID, 0x70), RecordKind::NewCid);
         assert_eq!(RecordKind::classify(RM_HEAP2_ID, 0x00), RecordKind::Other);
+        assert_eq!(RecordKind::classify(RM_HEAP2_ID, 0x50), RecordKind::Change);
+        assert_eq!(RecordKind::classify(RM_HEAP_ID, 0x80), RecordKind::Change); // INIT_PAGE insert
+        assert_eq!(RecordKind::classify(RM_HEAP_ID, 0x60), RecordKind::Other); // LOCK
+        assert_eq!(RecordKind::classify(RM_HEAP_ID, 0x70), RecordKind::Other); // INPLACE
     }
 }

@@ -7,7 +7,8 @@ use crate::ondisk::{OnDiskError, SnapBuildOnDisk};
 use crate::records::{RecordKind, RM_XACT_ID};
 use crate::running_xacts::RunningXacts;
 use crate::snapbuild::{
-    Branch, BuilderParams, CommitVerdict, Level, RestoreResult, SnapBuild, SnapBuildState, Step,
+    Branch, BuilderParams, CommitVerdict, DecodeVerdict, RestoreResult, SnapBuild, SnapBuildState,
+    Step,
 };
 use crate::xid::{self, TransactionId};
 
@@ -25,6 +26,8 @@ pub struct RecordHead {
     /// `XLogRecGetRmid`.
     pub rmid: u8,
     pub kind: RecordKind,
+    /// pg_waldump's `rmgr/TYPE` name, when the adapter supplies it.
+    pub name: Option<String>,
 }
 
 /// The parsed body of the records whose body matters.
@@ -32,17 +35,22 @@ pub struct RecordHead {
 pub enum Payload {
     None,
     RunningXacts(RunningXacts),
-    /// Commit / commit prepared: the xid (the 2PC xid when prepared), subxacts, and
-    /// whether xinfo has `XACT_XINFO_HAS_INVALS`.
+    /// Commit / commit prepared: the xid (the 2PC xid when prepared), subxacts, whether
+    /// xinfo has `XACT_XINFO_HAS_INVALS`, and the database (0 when not recorded).
     Commit {
         xid: TransactionId,
         subxacts: Vec<TransactionId>,
         has_invals: bool,
+        db_id: u32,
     },
     /// Abort / abort prepared.
     Abort {
         xid: TransactionId,
         subxacts: Vec<TransactionId>,
+    },
+    /// A logical decoding message.
+    Message {
+        transactional: bool,
     },
 }
 
@@ -51,7 +59,7 @@ pub enum Payload {
 pub struct TraceRow {
     pub lsn: Lsn,
     pub end_lsn: Lsn,
-    pub record: &'static str,
+    pub record: String,
     pub xid: Option<TransactionId>,
     pub branch: Option<&'static str>,
     pub state_before: SnapBuildState,
@@ -69,7 +77,17 @@ pub struct TraceRow {
     pub serialized: Option<SnapBuildOnDisk>,
     /// Where a restored snapshot came from (branch b).
     pub restored_from: Option<Lsn>,
+    /// SnapBuildCommitTxn's verdict, on commit rows.
     pub commit: Option<CommitVerdict>,
+    /// What decode.c did with a commit, on commit rows.
+    pub decode: Option<DecodeVerdict>,
+    /// LogicalIncreaseXminForSlot's arguments, on RUNNING_XACTS rows.
+    pub candidate_xmin: Option<(Lsn, TransactionId)>,
+    /// LogicalIncreaseRestartDecodingForSlot's arguments, on RUNNING_XACTS rows.
+    pub candidate_restart: Option<(Lsn, Lsn)>,
+    /// Whether the default trace shows this row (RUNNING_XACTS, serialization points,
+    /// commits, and anything that changed the builder's state or tracked sets).
+    pub interesting: bool,
 }
 
 /// Why the replay stopped early: the server would have raised this ERROR here.
@@ -82,14 +100,55 @@ pub struct ReplayError {
 /// A replay in progress.
 pub struct Replay {
     pub builder: SnapBuild,
+    /// The slot's database (`ctx->slot->data.database`), for DecodeTXNNeedSkip.
+    pub slot_db: u32,
+}
+
+/// The builder's tracked sets, to tell whether a record changed them.
+fn fingerprint(
+    b: &SnapBuild,
+) -> (
+    SnapBuildState,
+    TransactionId,
+    TransactionId,
+    TransactionId,
+    usize,
+    usize,
+    Lsn,
+) {
+    (
+        b.state,
+        b.xmin,
+        b.xmax,
+        b.next_phase_at,
+        b.committed_xip.len(),
+        b.catchange_xip.len(),
+        b.start_decoding_at,
+    )
 }
 
 impl Replay {
-    /// Starts a replay with AllocateSnapshotBuilder's parameters.
-    pub fn new(p: &BuilderParams) -> Self {
+    /// Starts a replay with AllocateSnapshotBuilder's parameters, decoding for a slot
+    /// of database `slot_db`.
+    pub fn new(p: &BuilderParams, slot_db: u32) -> Self {
         Replay {
             builder: SnapBuild::new(p),
+            slot_db,
         }
+    }
+
+    /// A row describing the builder as it stands, at `lsn` (for the first trace row).
+    pub fn builder_row_at(&self, lsn: Lsn) -> TraceRow {
+        let head = RecordHead {
+            lsn,
+            end_lsn: lsn,
+            xid: 0,
+            top_xid: 0,
+            rmid: 0,
+            kind: RecordKind::Other,
+            name: None,
+        };
+        self.row(&head, self.builder.state, None)
     }
 
     fn row(&self, head: &RecordHead, before: SnapBuildState, step: Option<Step>) -> TraceRow {
@@ -97,7 +156,10 @@ impl Replay {
         let mut row = TraceRow {
             lsn: head.lsn,
             end_lsn: head.end_lsn,
-            record: head.kind.name(),
+            record: head
+                .name
+                .clone()
+                .unwrap_or_else(|| head.kind.name().to_owned()),
             xid: xid::is_valid(head.xid).then_some(head.xid),
             branch: None,
             state_before: before,
@@ -114,6 +176,10 @@ impl Replay {
             serialized: None,
             restored_from: None,
             commit: None,
+            decode: None,
+            candidate_xmin: None,
+            candidate_restart: None,
+            interesting: false,
         };
         if let Some(s) = step {
             row.branch = Some(s.branch.label());
@@ -126,33 +192,39 @@ impl Replay {
             row.serialized = s.serialized;
             row.restored_from = s.restored_from;
             row.commit = s.commit;
+            row.candidate_xmin = s.candidate_xmin;
+            row.candidate_restart = s.candidate_restart;
+            row.interesting = true;
         }
         row
     }
 
-    /// Re-runs decode.c LogicalDecodingProcessRecord for one record. Returns a row when
-    /// the record is one the trace shows (RUNNING_XACTS, serialization points, commits
-    /// that changed the builder), or the ERROR the server would raise.
+    /// Re-runs decode.c LogicalDecodingProcessRecord for one record and returns its row
+    /// (with `interesting` set for the rows the default trace shows), or the ERROR the
+    /// server would raise.
     pub fn feed(
         &mut self,
         head: &RecordHead,
         payload: &Payload,
         restore: &mut dyn FnMut(Lsn) -> RestoreResult,
-    ) -> Result<Option<TraceRow>, ReplayError> {
+    ) -> Result<TraceRow, ReplayError> {
         let before = self.builder.state;
+        let fp = fingerprint(&self.builder);
         if xid::is_valid(head.top_xid) {
-            self.builder.reorder.assign_child(head.top_xid, head.xid);
+            self.builder
+                .reorder
+                .assign_child(head.top_xid, head.xid, head.lsn);
         }
         // Every rmgr's decode routine (or the generic path for rmgrs without one) makes
         // the record's xid known, except xact_decode, which does so only for PREPARE.
         if head.rmid != RM_XACT_ID {
-            self.builder.reorder.process_xid(head.xid);
+            self.builder.reorder.process_xid(head.xid, head.lsn);
         }
         let fail = |s: &Self, step: Step, error: OnDiskError| ReplayError {
             row: s.row(head, before, Some(step)),
             error,
         };
-        match (head.kind, payload) {
+        let mut row = match (head.kind, payload) {
             (RecordKind::RunningXacts, Payload::RunningXacts(running)) => {
                 match self
                     .builder
@@ -161,15 +233,15 @@ impl Replay {
                     Ok(step) => {
                         let mut row = self.row(head, before, Some(step));
                         row.running_xids = Some(running.xids.clone());
-                        Ok(Some(row))
+                        row
                     }
-                    Err((step, e)) => Err(fail(self, step, e)),
+                    Err((step, e)) => return Err(fail(self, step, e)),
                 }
             }
             (RecordKind::CheckpointShutdown | RecordKind::EndOfRecovery, _) => {
                 match self.builder.serialization_point(head.lsn, restore) {
-                    Ok(step) => Ok(Some(self.row(head, before, Some(step)))),
-                    Err((step, e)) => Err(fail(self, step, e)),
+                    Ok(step) => self.row(head, before, Some(step)),
+                    Err((step, e)) => return Err(fail(self, step, e)),
                 }
             }
             (
@@ -178,38 +250,56 @@ impl Replay {
                     xid: x,
                     subxacts,
                     has_invals,
+                    db_id,
                 },
             ) => {
-                let v = self.builder.commit(head.lsn, *x, subxacts, *has_invals);
-                if let CommitVerdict::Timetravel { .. } = v {
-                    let mut row = self.row(head, before, None);
-                    row.branch = Some(Branch::Commit.label());
-                    row.xid = Some(*x);
-                    row.level = Some(Level::Debug1.as_str());
-                    row.commit = Some(v);
-                    return Ok(Some(row));
-                }
-                Ok(None)
+                let (v, d) =
+                    self.builder
+                        .commit(head.lsn, *x, subxacts, *has_invals, *db_id, self.slot_db);
+                let mut row = self.row(head, before, None);
+                row.branch = Some(Branch::Commit.label());
+                row.xid = Some(*x);
+                row.commit = Some(v);
+                row.decode = Some(d);
+                row.interesting = d != DecodeVerdict::NotSeenBeforeFull;
+                row
             }
             (
                 RecordKind::Abort | RecordKind::AbortPrepared,
                 Payload::Abort { xid: x, subxacts },
             ) => {
                 self.builder.abort(*x, subxacts);
-                Ok(None)
+                self.row(head, before, None)
             }
             (RecordKind::Prepare, _) => {
                 if self.builder.state >= SnapBuildState::FullSnapshot {
-                    self.builder.reorder.process_xid(head.xid);
+                    self.builder.reorder.process_xid(head.xid, head.lsn);
                 }
-                Ok(None)
+                self.row(head, before, None)
             }
             (RecordKind::NewCid | RecordKind::Invalidations, _) => {
-                self.builder.mark_catalog_changes(head.xid);
-                Ok(None)
+                self.builder.mark_catalog_changes(head.xid, head.lsn);
+                self.row(head, before, None)
             }
-            _ => Ok(None),
+            (RecordKind::Change, _) => {
+                self.builder.process_change(head.xid, head.lsn);
+                self.row(head, before, None)
+            }
+            (
+                RecordKind::LogicalMessage,
+                Payload::Message {
+                    transactional: true,
+                },
+            ) => {
+                self.builder.process_change(head.xid, head.lsn);
+                self.row(head, before, None)
+            }
+            _ => self.row(head, before, None),
+        };
+        if fingerprint(&self.builder) != fp {
+            row.interesting = true;
         }
+        Ok(row)
     }
 }
 
@@ -274,12 +364,13 @@ mod tests {
             in_slot_creation: true,
             two_phase_at: Lsn(0),
         };
-        let mut r = Replay::new(&p);
+        let mut r = Replay::new(&p, 5);
         let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
         let head = |lsn: u64, kind: RecordKind, xid| {
             let rmid = match kind {
                 RecordKind::RunningXacts => crate::records::RM_STANDBY_ID,
                 RecordKind::NewCid => crate::records::RM_HEAP2_ID,
+                RecordKind::Change => crate::records::RM_HEAP_ID,
                 RecordKind::CheckpointShutdown => crate::records::RM_XLOG_ID,
                 _ => RM_XACT_ID,
             };
@@ -290,7 +381,14 @@ mod tests {
                 top_xid: 0,
                 rmid,
                 kind,
+                name: None,
             }
+        };
+        let commit = |x, db| Payload::Commit {
+            xid: x,
+            subxacts: vec![],
+            has_invals: true,
+            db_id: db,
         };
         let rx = RunningXacts {
             xcnt: 0,
@@ -307,13 +405,18 @@ mod tests {
                 &Payload::RunningXacts(rx),
                 &mut none,
             )
-            .unwrap()
             .unwrap();
         assert_eq!(row.branch, Some("a"));
         assert_eq!(row.state, SnapBuildState::Consistent);
-        // A catalog change and its commit.
+        // A catalog change with a row change, and its commit: timetravel and decoded.
         r.feed(
             &head(200, RecordKind::NewCid, 600),
+            &Payload::None,
+            &mut none,
+        )
+        .unwrap();
+        r.feed(
+            &head(210, RecordKind::Change, 600),
             &Payload::None,
             &mut none,
         )
@@ -321,16 +424,35 @@ mod tests {
         let row = r
             .feed(
                 &head(300, RecordKind::Commit, 600),
-                &Payload::Commit {
-                    xid: 600,
-                    subxacts: vec![],
-                    has_invals: true,
-                },
+                &commit(600, 5),
                 &mut none,
             )
-            .unwrap()
             .unwrap();
         assert_eq!(row.xmax, 601);
+        assert_eq!(row.decode, Some(DecodeVerdict::Decoded));
+        // No change: nothing to send. Another database: skipped.
+        let row = r
+            .feed(
+                &head(310, RecordKind::Commit, 601),
+                &commit(601, 5),
+                &mut none,
+            )
+            .unwrap();
+        assert_eq!(row.decode, Some(DecodeVerdict::UnknownTransaction));
+        r.feed(
+            &head(320, RecordKind::Change, 602),
+            &Payload::None,
+            &mut none,
+        )
+        .unwrap();
+        let row = r
+            .feed(
+                &head(330, RecordKind::Commit, 602),
+                &commit(602, 7),
+                &mut none,
+            )
+            .unwrap();
+        assert_eq!(row.decode, Some(DecodeVerdict::SkippedOtherDatabase));
         // A shutdown checkpoint serializes.
         let row = r
             .feed(
@@ -338,7 +460,6 @@ mod tests {
                 &Payload::None,
                 &mut none,
             )
-            .unwrap()
             .unwrap();
         let f = row.serialized.unwrap();
         assert_eq!(f.committed_xip, vec![600]);

@@ -18,12 +18,16 @@ use crate::xid::{self, TransactionId, INVALID_TRANSACTION_ID};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 pub enum SnapBuildState {
     /// `SNAPBUILD_START` (-1).
+    #[serde(rename = "start")]
     Start,
     /// `SNAPBUILD_BUILDING_SNAPSHOT` (0).
+    #[serde(rename = "building")]
     BuildingSnapshot,
     /// `SNAPBUILD_FULL_SNAPSHOT` (1).
+    #[serde(rename = "full")]
     FullSnapshot,
     /// `SNAPBUILD_CONSISTENT` (2).
+    #[serde(rename = "consistent")]
     Consistent,
 }
 
@@ -174,58 +178,129 @@ struct Txn {
     catalog_changes: bool,
     /// Assigned subtransactions (for top-level ones).
     subxacts: Vec<TransactionId>,
+    /// `first_lsn`: the first record seen for it.
+    first_lsn: Lsn,
+    /// `restart_decoding_lsn`: the last serialization point before it began.
+    restart_decoding_lsn: Lsn,
+    /// `base_snapshot_lsn` and the xmin of `base_snapshot`, once a change was decoded.
+    base_snapshot: Option<(Lsn, TransactionId)>,
 }
 
 /// The part of reorderbuffer.c the builder depends on: known transactions in
-/// first-seen order and their catalog-change flags.
+/// first-seen order, their subtransactions, catalog-change flags and base snapshots.
 #[derive(Clone, Debug, Default)]
 pub struct ReorderModel {
     txns: HashMap<TransactionId, Txn>,
     /// Top-level xids in first-LSN order (`toplevel_by_lsn`).
     toplevel: Vec<TransactionId>,
+    /// `current_restart_decoding_lsn`: set at each serialization or restore.
+    pub current_restart_decoding_lsn: Lsn,
 }
 
 impl ReorderModel {
-    /// Re-runs reorderbuffer.c ReorderBufferProcessXid: make sure `xid` is known.
-    pub fn process_xid(&mut self, xid: TransactionId) {
+    /// Re-runs reorderbuffer.c ReorderBufferProcessXid: make sure `xid` is known
+    /// (created with `first_lsn = lsn` and the current restart point).
+    pub fn process_xid(&mut self, xid: TransactionId, lsn: Lsn) {
         if xid::is_valid(xid) && !self.txns.contains_key(&xid) {
-            self.txns.insert(xid, Txn::default());
+            let t = Txn {
+                first_lsn: lsn,
+                restart_decoding_lsn: self.current_restart_decoding_lsn,
+                ..Txn::default()
+            };
+            self.txns.insert(xid, t);
             self.toplevel.push(xid);
         }
     }
 
-    /// Re-runs reorderbuffer.c ReorderBufferAssignChild.
-    pub fn assign_child(&mut self, top: TransactionId, sub: TransactionId) {
-        self.process_xid(top);
+    /// Re-runs reorderbuffer.c ReorderBufferAssignChild (with
+    /// ReorderBufferTransferSnapToParent).
+    pub fn assign_child(&mut self, top: TransactionId, sub: TransactionId, lsn: Lsn) {
+        self.process_xid(top, lsn);
         if !xid::is_valid(sub) || sub == top {
             return;
         }
-        let known = self.txns.get(&sub).map(|t| t.top);
-        match known {
+        match self.txns.get(&sub).map(|t| t.top) {
             Some(Some(_)) => return, // already a known subtransaction
             Some(None) => self.toplevel.retain(|x| *x != sub),
             None => {
-                self.txns.insert(sub, Txn::default());
+                let t = Txn {
+                    first_lsn: lsn,
+                    restart_decoding_lsn: self.current_restart_decoding_lsn,
+                    ..Txn::default()
+                };
+                self.txns.insert(sub, t);
             }
         }
-        if let Some(t) = self.txns.get_mut(&sub) {
-            t.top = Some(top);
-        }
+        let (sub_cat, sub_base) = match self.txns.get_mut(&sub) {
+            Some(t) => {
+                t.top = Some(top);
+                (t.catalog_changes, t.base_snapshot.take())
+            }
+            None => (false, None),
+        };
         if let Some(t) = self.txns.get_mut(&top) {
             t.subxacts.push(sub);
-            // A subtransaction flagged before assignment flags its parent too.
-        }
-        if self.txns.get(&sub).is_some_and(|t| t.catalog_changes) {
-            if let Some(t) = self.txns.get_mut(&top) {
+            if sub_cat {
                 t.catalog_changes = true;
+            }
+            // The parent takes the subtransaction's base snapshot if it is older.
+            if let Some(sb) = sub_base {
+                if t.base_snapshot.is_none_or(|tb| sb.0 < tb.0) {
+                    t.base_snapshot = Some(sb);
+                }
             }
         }
     }
 
+    fn toplevel_of(&self, x: TransactionId) -> TransactionId {
+        self.txns.get(&x).and_then(|t| t.top).unwrap_or(x)
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferXidHasBaseSnapshot (asked of the top-level
+    /// transaction for a known subtransaction).
+    pub fn has_base_snapshot(&self, x: TransactionId) -> bool {
+        self.txns
+            .get(&self.toplevel_of(x))
+            .is_some_and(|t| t.base_snapshot.is_some())
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferSetBaseSnapshot.
+    pub fn set_base_snapshot(&mut self, x: TransactionId, lsn: Lsn, snapshot_xmin: TransactionId) {
+        self.process_xid(x, lsn);
+        let top = self.toplevel_of(x);
+        if let Some(t) = self.txns.get_mut(&top) {
+            t.base_snapshot.get_or_insert((lsn, snapshot_xmin));
+        }
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferGetOldestXmin: the xmin of the oldest base
+    /// snapshot held, if any.
+    pub fn oldest_xmin(&self) -> Option<TransactionId> {
+        self.txns
+            .values()
+            .filter_map(|t| t.base_snapshot)
+            .min_by_key(|b| b.0)
+            .map(|b| b.1)
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferGetOldestTXN: the top-level transaction with
+    /// the lowest first_lsn, as (xid, restart_decoding_lsn).
+    pub fn oldest_txn(&self) -> Option<(TransactionId, Lsn)> {
+        self.toplevel
+            .iter()
+            .filter_map(|x| {
+                self.txns
+                    .get(x)
+                    .map(|t| (t.first_lsn, *x, t.restart_decoding_lsn))
+            })
+            .min_by_key(|t| t.0)
+            .map(|t| (t.1, t.2))
+    }
+
     /// Re-runs reorderbuffer.c ReorderBufferXidSetCatalogChanges: flags `xid` and,
     /// for a subtransaction, its top-level transaction.
-    pub fn set_catalog_changes(&mut self, xid: TransactionId) {
-        self.process_xid(xid);
+    pub fn set_catalog_changes(&mut self, xid: TransactionId, lsn: Lsn) {
+        self.process_xid(xid, lsn);
         let top = self.txns.get(&xid).and_then(|t| t.top);
         if let Some(t) = self.txns.get_mut(&xid) {
             t.catalog_changes = true;
@@ -240,6 +315,11 @@ impl ReorderModel {
     /// Re-runs reorderbuffer.c ReorderBufferXidHasCatalogChanges.
     pub fn has_catalog_changes(&self, xid: TransactionId) -> bool {
         self.txns.get(&xid).is_some_and(|t| t.catalog_changes)
+    }
+
+    /// Whether `xid` is known at all (ReorderBufferTXNByXid without create).
+    pub fn knows(&self, xid: TransactionId) -> bool {
+        self.txns.contains_key(&xid)
     }
 
     /// Re-runs reorderbuffer.c ReorderBufferCleanupTXN for `xid` (and its subxacts).
@@ -309,6 +389,37 @@ pub enum CommitVerdict {
     Timetravel { xmax_advanced: bool, forced: bool },
 }
 
+/// What decode.c did with a commit: whether the output plugin was called for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum DecodeVerdict {
+    /// xact_decode bails out before FULL_SNAPSHOT.
+    NotSeenBeforeFull,
+    /// DecodeTXNNeedSkip: the commit lies before start_decoding_at.
+    SkippedBeforeStartDecodingAt,
+    /// DecodeTXNNeedSkip: the transaction belongs to another database.
+    SkippedOtherDatabase,
+    /// ReorderBufferCommit: the reorder buffer never saw the transaction.
+    UnknownTransaction,
+    /// ReorderBufferReplay: no base snapshot, no change decoded — nothing to send.
+    NoChanges,
+    /// Sent to the output plugin (BEGIN … COMMIT).
+    Decoded,
+}
+
+impl DecodeVerdict {
+    /// Short text for the SQL `verdict` column.
+    pub fn label(self) -> &'static str {
+        match self {
+            DecodeVerdict::NotSeenBeforeFull => "skipped: before FULL_SNAPSHOT",
+            DecodeVerdict::SkippedBeforeStartDecodingAt => "skipped: before start_decoding_at",
+            DecodeVerdict::SkippedOtherDatabase => "skipped: other database",
+            DecodeVerdict::UnknownTransaction => "skipped: unknown transaction",
+            DecodeVerdict::NoChanges => "skipped: no decoded changes",
+            DecodeVerdict::Decoded => "decoded",
+        }
+    }
+}
+
 /// The outcome of one record, for the trace.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Step {
@@ -323,6 +434,10 @@ pub struct Step {
     pub serialized: Option<SnapBuildOnDisk>,
     /// For commit rows.
     pub commit: Option<CommitVerdict>,
+    /// What SnapBuildProcessRunningXacts asks of the slot: LogicalIncreaseXminForSlot
+    /// (lsn, xmin) and LogicalIncreaseRestartDecodingForSlot (lsn, restart_lsn).
+    pub candidate_xmin: Option<(Lsn, TransactionId)>,
+    pub candidate_restart: Option<(Lsn, Lsn)>,
 }
 
 /// A `.snap` lookup for branch b: `Ok(None)` when no file exists (missing_ok), an
@@ -356,6 +471,9 @@ pub struct SnapBuild {
     /// 14/15: `InitialRunningXacts` (sorted), from the record a restore used.
     pub initial_running_xacts: Vec<TransactionId>,
     pub reorder: ReorderModel,
+    /// `builder->snapshot`: whether one is built, and the xmin it was built with
+    /// (SnapBuildBuildSnapshot copies the builder's xmin at that moment).
+    pub snapshot_xmin: Option<TransactionId>,
 }
 
 impl SnapBuild {
@@ -379,6 +497,7 @@ impl SnapBuild {
             catchange_xip: Vec::new(),
             initial_running_xacts: Vec::new(),
             reorder: ReorderModel::default(),
+            snapshot_xmin: None,
         }
     }
 
@@ -391,6 +510,8 @@ impl SnapBuild {
             restored_from: None,
             serialized: None,
             commit: None,
+            candidate_xmin: None,
+            candidate_restart: None,
         }
     }
 
@@ -416,11 +537,12 @@ impl SnapBuild {
         running: &RunningXacts,
         restore: &mut dyn FnMut(Lsn) -> RestoreResult,
     ) -> Result<Step, (Step, OnDiskError)> {
-        let step = if self.state < SnapBuildState::Consistent {
-            let (step, cont) = self.find_snapshot(lsn, running, restore)?;
+        let mut step = if self.state < SnapBuildState::Consistent {
+            let (mut step, cont) = self.find_snapshot(lsn, running, restore)?;
             if cont {
                 self.xmin = running.oldest_running_xid;
                 self.purge_older_txn();
+                self.slot_candidates(lsn, running, &mut step);
             }
             step
         } else {
@@ -439,8 +561,39 @@ impl SnapBuild {
             self.purge_older_txn();
             step
         };
+        if step.branch == Branch::Serialize {
+            self.slot_candidates(lsn, running, &mut step);
+        }
         self.reorder.abort_old(running.oldest_running_xid);
         Ok(step)
+    }
+
+    /// The tail of snapbuild.c SnapBuildProcessRunningXacts: the catalog xmin the slot
+    /// may advance to (ReorderBufferGetOldestXmin, else oldestRunningXid) and, once
+    /// consistent, where decoding could restart (the oldest transaction's
+    /// restart_decoding_lsn, or the last serialized snapshot when nothing is running).
+    fn slot_candidates(&self, lsn: Lsn, running: &RunningXacts, step: &mut Step) {
+        let xmin = self
+            .reorder
+            .oldest_xmin()
+            .unwrap_or(running.oldest_running_xid);
+        step.candidate_xmin = Some((lsn, xmin));
+        if self.state < SnapBuildState::Consistent {
+            return;
+        }
+        match self.reorder.oldest_txn() {
+            Some((_, restart)) if restart.is_valid() => {
+                step.candidate_restart = Some((lsn, restart))
+            }
+            Some(_) => {}
+            None => {
+                if self.reorder.current_restart_decoding_lsn.is_valid()
+                    && self.last_serialized_snapshot.is_valid()
+                {
+                    step.candidate_restart = Some((lsn, self.last_serialized_snapshot));
+                }
+            }
+        }
     }
 
     /// Re-runs snapbuild.c SnapBuildFindSnapshot. Returns the step and whether the
@@ -597,6 +750,8 @@ impl SnapBuild {
             self.committed_xip.clear();
         }
         self.catchange_xip = ondisk.catchange_xip.clone();
+        self.snapshot_xmin = Some(self.xmin);
+        self.reorder.current_restart_decoding_lsn = lsn;
         Ok(true)
     }
 
@@ -665,6 +820,7 @@ impl SnapBuild {
             None => file,
         };
         self.last_serialized_snapshot = lsn;
+        self.reorder.current_restart_decoding_lsn = lsn;
         file
     }
 
@@ -718,25 +874,51 @@ impl SnapBuild {
     }
 
     /// decode.c xact_decode + DecodeCommit + snapbuild.c SnapBuildCommitTxn for a commit
-    /// of `xid` with `subxacts`; `has_invals` is `XACT_XINFO_HAS_INVALS` in xinfo.
+    /// (record at `lsn`) of `xid` with `subxacts`; `has_invals` is
+    /// `XACT_XINFO_HAS_INVALS`; `db_id` the commit's database (0 if the record has none)
+    /// and `slot_db` the decoding slot's.
     pub fn commit(
         &mut self,
         lsn: Lsn,
         x: TransactionId,
         subxacts: &[TransactionId],
         has_invals: bool,
-    ) -> CommitVerdict {
+        db_id: u32,
+        slot_db: u32,
+    ) -> (CommitVerdict, DecodeVerdict) {
         if self.state < SnapBuildState::FullSnapshot {
             // xact_decode bails out before the builder sees it; the transaction stays in
             // the reorder buffer until ReorderBufferAbortOld.
-            return CommitVerdict::NotSeenBeforeFull;
+            return (
+                CommitVerdict::NotSeenBeforeFull,
+                DecodeVerdict::NotSeenBeforeFull,
+            );
         }
         let v = self.commit_txn(lsn, x, subxacts, has_invals);
+        // DecodeTXNNeedSkip, then ReorderBufferCommitChild / ReorderBufferCommit.
+        let d = if lsn < self.start_decoding_at {
+            DecodeVerdict::SkippedBeforeStartDecodingAt
+        } else if db_id != 0 && db_id != slot_db {
+            DecodeVerdict::SkippedOtherDatabase
+        } else {
+            for s in subxacts {
+                if self.reorder.knows(*s) {
+                    self.reorder.assign_child(x, *s, lsn);
+                }
+            }
+            if !self.reorder.knows(x) {
+                DecodeVerdict::UnknownTransaction
+            } else if !self.reorder.has_base_snapshot(x) {
+                DecodeVerdict::NoChanges
+            } else {
+                DecodeVerdict::Decoded
+            }
+        };
         for s in subxacts {
             self.reorder.cleanup(*s);
         }
         self.reorder.cleanup(x);
-        v
+        (v, d)
     }
 
     /// Re-runs snapbuild.c SnapBuildCommitTxn.
@@ -749,6 +931,7 @@ impl SnapBuild {
     ) -> CommitVerdict {
         let mut needs_timetravel = false;
         let mut sub_needs_timetravel = false;
+        let mut needs_snapshot = false;
         let mut xmax = x;
         if self.state == SnapBuildState::Start
             || (self.state == SnapBuildState::BuildingSnapshot
@@ -770,6 +953,7 @@ impl SnapBuild {
         for &sub in subxacts {
             if self.xid_has_catalog_changes(sub, has_invals) {
                 sub_needs_timetravel = true;
+                needs_snapshot = true;
                 self.add_committed_txn(sub);
                 if xid::normal_follows(sub, xmax) {
                     xmax = sub;
@@ -784,6 +968,7 @@ impl SnapBuild {
         let forced;
         if self.xid_has_catalog_changes(x, has_invals) {
             needs_timetravel = true;
+            needs_snapshot = true;
             forced = false;
             self.add_committed_txn(x);
         } else if sub_needs_timetravel || needs_timetravel {
@@ -801,6 +986,14 @@ impl SnapBuild {
         if !xid::is_valid(self.xmax) || xid::follows_or_equals(xmax, self.xmax) {
             self.xmax = xid::advance(xmax);
             xmax_advanced = true;
+        }
+        if needs_snapshot && self.state >= SnapBuildState::FullSnapshot {
+            // A new historic snapshot is built and becomes the committing transaction's
+            // base snapshot if it had none.
+            self.snapshot_xmin = Some(self.xmin);
+            if !self.reorder.has_base_snapshot(x) {
+                self.reorder.set_base_snapshot(x, lsn, self.xmin);
+            }
         }
         CommitVerdict::Timetravel {
             xmax_advanced,
@@ -822,11 +1015,27 @@ impl SnapBuild {
 
     /// decode.c: HEAP2 NEW_CID (SnapBuildProcessNewCid) and XACT INVALIDATIONS mark
     /// `xid` catalog-modifying — only once the builder is at least FULL_SNAPSHOT.
-    pub fn mark_catalog_changes(&mut self, x: TransactionId) {
+    pub fn mark_catalog_changes(&mut self, x: TransactionId, lsn: Lsn) {
         if self.state < SnapBuildState::FullSnapshot || !xid::is_valid(x) {
             return;
         }
-        self.reorder.set_catalog_changes(x);
+        self.reorder.set_catalog_changes(x, lsn);
+    }
+
+    /// Re-runs snapbuild.c SnapBuildProcessChange for a data change of `x` at `lsn`:
+    /// whether the change is decoded, giving the transaction a base snapshot if needed.
+    pub fn process_change(&mut self, x: TransactionId, lsn: Lsn) -> bool {
+        if self.state < SnapBuildState::FullSnapshot {
+            return false;
+        }
+        if self.state < SnapBuildState::Consistent && xid::precedes(x, self.next_phase_at) {
+            return false;
+        }
+        if !self.reorder.has_base_snapshot(x) {
+            let xmin = *self.snapshot_xmin.get_or_insert(self.xmin);
+            self.reorder.set_base_snapshot(x, lsn, xmin);
+        }
+        true
     }
 }
 
@@ -1037,9 +1246,9 @@ mod tests {
         let mut b = SnapBuild::new(&params(18));
         b.process_running_xacts(Lsn(1), &rx(700, 700, &[]), &mut no_file)
             .unwrap();
-        b.reorder.process_xid(702);
-        b.mark_catalog_changes(702);
-        let v = b.commit(Lsn(10), 702, &[], true);
+        b.reorder.process_xid(702, Lsn(9));
+        b.mark_catalog_changes(702, Lsn(9));
+        let (v, _) = b.commit(Lsn(10), 702, &[], true, 0, 5);
         assert_eq!(
             v,
             CommitVerdict::Timetravel {
@@ -1049,7 +1258,7 @@ mod tests {
         );
         assert_eq!(b.xmax, 703);
         assert_eq!(b.committed_xip, vec![702]);
-        let v = b.commit(Lsn(11), 704, &[], false);
+        let (v, _) = b.commit(Lsn(11), 704, &[], false, 0, 5);
         assert_eq!(v, CommitVerdict::NotCatalogChanging);
         assert!(!b.includes_all_transactions);
         b.process_running_xacts(Lsn(20), &rx(705, 705, &[]), &mut no_file)
@@ -1062,12 +1271,12 @@ mod tests {
         let mut b = SnapBuild::new(&params(18));
         b.process_running_xacts(Lsn(1), &rx(700, 700, &[]), &mut no_file)
             .unwrap();
-        b.reorder.assign_child(710, 711);
-        b.mark_catalog_changes(711);
+        b.reorder.assign_child(710, 711, Lsn(2));
+        b.mark_catalog_changes(711, Lsn(3));
         assert!(b.reorder.has_catalog_changes(710));
         // Serialized while running: both are in catchange.
         assert_eq!(b.reorder.catalog_changes_xacts(), vec![710, 711]);
-        b.commit(Lsn(5), 710, &[711], true);
+        b.commit(Lsn(5), 710, &[711], true, 0, 5);
         assert_eq!(b.committed_xip, vec![711, 710]);
         assert_eq!(b.xmax, 712);
         assert!(b.reorder.is_empty());
@@ -1076,9 +1285,9 @@ mod tests {
     #[test]
     fn abort_old_stops_at_first_young_transaction() {
         let mut r = ReorderModel::default();
-        r.process_xid(10);
-        r.process_xid(30);
-        r.process_xid(20);
+        r.process_xid(10, Lsn(1));
+        r.process_xid(30, Lsn(2));
+        r.process_xid(20, Lsn(3));
         r.abort_old(25);
         assert_eq!(r.len(), 2); // 20 survives behind 30
     }

@@ -1,18 +1,270 @@
-//! `snapbuild_trace(slot_name)`: replays the slot's snapshot builder over real WAL and
-//! puts the server's verdict beside each step.
+//! `snapbuild_trace`, `snapbuild_trace_range` and `snapbuild_trace_json`: replay the
+//! snapshot builder over real WAL and put the server's verdict beside each step.
 
 use pgrx::prelude::*;
 use snapbuild_core::replay::{compare_with_server, Replay, TraceRow};
-use snapbuild_core::snapbuild::RestoreResult;
+use snapbuild_core::snapbuild::{CommitVerdict, RestoreResult};
 use snapbuild_core::{BuilderParams, Lsn, SnapBuildState};
 
-use crate::adapter::server_major;
 use crate::adapter::slots::{find_slot, SlotCopy};
 use crate::adapter::snapfiles::{self, SnapFileError};
 use crate::adapter::wal::WalReader;
+use crate::adapter::{raise, server_major};
 use crate::sql::types::{xids, PgLsn, PgName, Xid};
 
+/// The server's verdict beside one replayed step.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Verdict {
+    /// The state the server recorded (`start|building|full|consistent`).
+    pub server_state: Option<String>,
+    /// Where it was read: a `.snap` path, or `slot confirmed_flush_lsn`.
+    pub server_source: Option<String>,
+    pub agrees: Option<bool>,
+    pub disagreement: Option<String>,
+}
+
+/// A trace row with its verdict and the starting parameters, as both the SQL and the
+/// JSON forms show it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Traced {
+    #[serde(flatten)]
+    pub row: TraceRow,
+    #[serde(flatten)]
+    pub verdict: Verdict,
+}
+
+/// What to replay and against which server facts.
+pub struct TraceInput {
+    pub params: BuilderParams,
+    /// The decoding slot's database (DecodeTXNNeedSkip).
+    pub slot_db: u32,
+    pub start: Lsn,
+    /// Stop after the record ending at or before this LSN (None: end of flushed WAL).
+    pub end: Option<Lsn>,
+    /// The slot, when tracing one (its confirmed_flush is a server verdict).
+    pub slot: Option<SlotCopy>,
+    pub all_records: bool,
+    /// Text of the first row.
+    pub label: String,
+}
+
+/// AllocateSnapshotBuilder's parameters as logical.c derives them from the slot: while
+/// the slot is being created (CreateInitDecodingContext) its catalog_xmin is the
+/// initial xmin horizon and in_slot_creation is set; once created
+/// (CreateDecodingContext) decoding starts at confirmed_flush. `need_full_snapshot`
+/// cannot be read from shared memory and is taken as false (as for the SQL functions).
+pub fn params_for_slot(slot: &SlotCopy) -> BuilderParams {
+    let creating = slot.in_creation();
+    BuilderParams {
+        major: server_major(),
+        initial_xmin_horizon: if creating { slot.catalog_xmin } else { 0 },
+        start_decoding_at: Lsn(if creating { 0 } else { slot.confirmed_flush }),
+        building_full_snapshot: false,
+        in_slot_creation: creating,
+        two_phase_at: Lsn(slot.two_phase_at),
+    }
+}
+
+fn verdict(row: &TraceRow, slot: Option<&SlotCopy>, version: u32) -> Verdict {
+    // A file the server wrote at this LSN.
+    if let Some(pred) = &row.serialized {
+        return match snapfiles::read_snapshot(row.lsn, version) {
+            Ok(Some(file)) => {
+                let diffs = compare_with_server(pred, &file);
+                Verdict {
+                    server_state: Some(crate::sql::snapshot_files::state_name(file.builder.state)),
+                    server_source: Some(snapfiles::path_for(row.lsn)),
+                    agrees: Some(diffs.is_empty()),
+                    disagreement: (!diffs.is_empty()).then(|| diffs.join("; ")),
+                }
+            }
+            Ok(None) => Verdict::default(),
+            Err(e) => Verdict {
+                server_state: None,
+                server_source: Some(snapfiles::path_for(row.lsn)),
+                agrees: Some(false),
+                disagreement: Some(e.text()),
+            },
+        };
+    }
+    if let Some(at) = row.restored_from {
+        return Verdict {
+            server_state: Some("consistent".into()),
+            server_source: Some(snapfiles::path_for(at)),
+            agrees: Some(row.state == SnapBuildState::Consistent),
+            disagreement: None,
+        };
+    }
+    // The record that made the builder consistent ends where a freshly created slot's
+    // confirmed_flush_lsn points (DecodingContextFindStartpoint stores EndRecPtr).
+    let became_consistent =
+        row.state_before < SnapBuildState::Consistent && row.state == SnapBuildState::Consistent;
+    if let Some(slot) = slot.filter(|s| became_consistent && !s.in_creation()) {
+        let cf = slot.confirmed_flush;
+        let source = Some("slot confirmed_flush_lsn".to_owned());
+        if row.end_lsn.0 == cf {
+            return Verdict {
+                server_state: Some("consistent".into()),
+                server_source: source,
+                agrees: Some(true),
+                disagreement: None,
+            };
+        }
+        // Later restarts begin at restart_lsn and may become consistent anywhere up to
+        // or past confirmed_flush (changes before it are skipped): no verdict then.
+    }
+    Verdict::default()
+}
+
+/// Runs the replay described by `input` over local WAL.
+///
+/// Errors: `undefined_file` when WAL at the start has been removed; WAL read errors as
+/// the server raises them. A broken `.snap` file met on branch b ends the replay with an
+/// `ERROR` row (the server would fail there too).
+pub fn run_trace(input: &TraceInput) -> Vec<Traced> {
+    let p = &input.params;
+    let version = p.major.snapbuild_version();
+    check_wal_available(input.start);
+    let mut out = Vec::new();
+    let mut start_row = Replay::new(p, input.slot_db).builder_row_at(input.start);
+    start_row.record = "REPLAY START".into();
+    start_row.message = Some(input.label.clone());
+    start_row.interesting = true;
+    out.push(Traced {
+        row: start_row,
+        verdict: Verdict::default(),
+    });
+    let mut replay = Replay::new(p, input.slot_db);
+    let mut reader = WalReader::open(input.start);
+    reader.with_names = input.all_records;
+    let mut restore = |lsn: Lsn| -> RestoreResult {
+        match snapfiles::read_snapshot(lsn, version) {
+            Ok(f) => Ok(f),
+            Err(SnapFileError::Corrupt { err, .. }) => Err(err),
+            Err(e) => e.raise(),
+        }
+    };
+    while let Some(rec) = reader.next_record() {
+        if input.end.is_some_and(|end| rec.head.end_lsn > end) {
+            break;
+        }
+        match replay.feed(&rec.head, &rec.payload, &mut restore) {
+            Ok(row) => {
+                if row.interesting || input.all_records {
+                    let verdict = verdict(&row, input.slot.as_ref(), version);
+                    out.push(Traced { row, verdict });
+                }
+            }
+            Err(e) => {
+                let mut row = e.row;
+                row.level = Some("ERROR");
+                row.message = Some(e.error.message(&snapfiles::path_for(row.lsn)));
+                row.detail = None;
+                out.push(Traced {
+                    row,
+                    verdict: Verdict::default(),
+                });
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// ERROR `undefined_file` naming `start` if its WAL segment was already removed.
+fn check_wal_available(start: Lsn) {
+    unsafe {
+        let seg_size = pg_sys::wal_segment_size as u64;
+        if seg_size == 0 {
+            return;
+        }
+        let last_removed = pg_sys::XLogGetLastRemovedSegno();
+        if start.0 / seg_size <= last_removed {
+            raise(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_FILE,
+                format!(
+                    "WAL at {start} has already been removed (oldest segment kept: {})",
+                    last_removed + 1
+                ),
+            );
+        }
+    }
+}
+
 type Row = (
+    (
+        PgLsn,
+        Option<PgLsn>,
+        String,
+        Option<Xid>,
+        Option<String>,
+        Option<String>,
+        String,
+    ),
+    (Xid, Xid, Xid, PgLsn, Option<Vec<Xid>>, Option<Vec<Xid>>),
+    (Option<String>, Option<String>, Option<String>),
+    (
+        Option<String>,
+        Option<bool>,
+        Option<bool>,
+        Option<Xid>,
+        Option<PgLsn>,
+    ),
+    (Xid, bool),
+    (Option<String>, Option<String>, Option<bool>, Option<String>),
+);
+
+fn flatten(t: &Traced, p: &BuilderParams) -> Row {
+    let r = &t.row;
+    let is_start = r.record == "REPLAY START";
+    let timetravel = r
+        .commit
+        .as_ref()
+        .map(|c| matches!(c, CommitVerdict::Timetravel { .. }));
+    (
+        (
+            r.lsn.into(),
+            (!is_start).then(|| r.end_lsn.into()),
+            r.record.clone(),
+            r.xid.map(Xid),
+            r.branch.map(str::to_owned),
+            (!is_start).then(|| r.state_before.as_str().to_owned()),
+            r.state.as_str().to_owned(),
+        ),
+        (
+            Xid(r.xmin),
+            Xid(r.xmax),
+            Xid(r.next_phase_at),
+            r.start_decoding_at.into(),
+            r.running_xids.as_deref().map(xids),
+            r.wait_xids.as_deref().map(xids),
+        ),
+        (
+            r.level.map(str::to_owned),
+            r.message.clone(),
+            r.detail.clone(),
+        ),
+        (
+            r.decode.map(|d| d.label().to_owned()),
+            r.decode
+                .map(|d| d == snapbuild_core::snapbuild::DecodeVerdict::Decoded),
+            timetravel,
+            r.candidate_xmin.map(|c| Xid(c.1)),
+            r.candidate_restart.map(|c| c.1.into()),
+        ),
+        (Xid(p.initial_xmin_horizon), p.in_slot_creation),
+        (
+            t.verdict.server_state.clone(),
+            t.verdict.server_source.clone(),
+            t.verdict.agrees,
+            t.verdict.disagreement.clone(),
+        ),
+    )
+}
+
+/// The column types of the trace functions (each `#[pg_extern]` spells out the names,
+/// which its macro needs literally; keep the three signatures in step with this).
+type Columns = (
     PgLsn,
     Option<PgLsn>,
     String,
@@ -29,6 +281,11 @@ type Row = (
     Option<String>,
     Option<String>,
     Option<String>,
+    Option<String>,
+    Option<bool>,
+    Option<bool>,
+    Option<Xid>,
+    Option<PgLsn>,
     Xid,
     bool,
     Option<String>,
@@ -37,131 +294,78 @@ type Row = (
     Option<String>,
 );
 
-/// The server's verdict for one replayed step: (server_state, server_source, agrees,
-/// disagreement).
-type Verdict = (Option<String>, Option<String>, Option<bool>, Option<String>);
-
-/// AllocateSnapshotBuilder's parameters as logical.c derives them from the slot: while
-/// the slot is being created (CreateInitDecodingContext) its catalog_xmin is the
-/// initial xmin horizon and in_slot_creation is set; once created
-/// (CreateDecodingContext) decoding starts at confirmed_flush.
-pub fn params_for_slot(slot: &SlotCopy) -> BuilderParams {
-    let creating = slot.in_creation();
-    BuilderParams {
-        major: server_major(),
-        initial_xmin_horizon: if creating { slot.catalog_xmin } else { 0 },
-        start_decoding_at: Lsn(if creating { 0 } else { slot.confirmed_flush }),
-        building_full_snapshot: false,
-        in_slot_creation: creating,
-        two_phase_at: Lsn(slot.two_phase_at),
-    }
+fn to_table(rows: Vec<Traced>, p: &BuilderParams) -> TableIterator<'static, Columns> {
+    let v: Vec<_> = rows
+        .iter()
+        .map(|t| {
+            let (a, b, c, d, e, f) = flatten(t, p);
+            (
+                a.0, a.1, a.2, a.3, a.4, a.5, a.6, b.0, b.1, b.2, b.3, b.4, b.5, c.0, c.1, c.2,
+                d.0, d.1, d.2, d.3, d.4, e.0, e.1, f.0, f.1, f.2, f.3,
+            )
+        })
+        .collect();
+    TableIterator::new(v)
 }
 
-fn verdict(row: &TraceRow, slot: &SlotCopy, version: u32) -> Verdict {
-    // A file the server wrote at this LSN.
-    if let Some(pred) = &row.serialized {
-        return match snapfiles::read_snapshot(row.lsn, version) {
-            Ok(Some(file)) => {
-                let diffs = compare_with_server(pred, &file);
-                (
-                    Some(crate::sql::snapshot_files::state_name(file.builder.state)),
-                    Some(snapfiles::path_for(row.lsn)),
-                    Some(diffs.is_empty()),
-                    (!diffs.is_empty()).then(|| diffs.join("; ")),
-                )
-            }
-            Ok(None) => (None, None, None, None),
-            Err(e) => (
-                None,
-                Some(snapfiles::path_for(row.lsn)),
-                Some(false),
-                Some(e.text()),
-            ),
-        };
-    }
-    if let Some(at) = row.restored_from {
-        return (
-            Some("consistent".into()),
-            Some(snapfiles::path_for(at)),
-            Some(row.state == SnapBuildState::Consistent),
-            None,
+fn slot_input(slot_name: &str, all_records: bool) -> TraceInput {
+    let slot = find_slot(slot_name);
+    if !slot.logical {
+        raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("replication slot \"{}\" is not a logical slot", slot.name),
         );
     }
-    // The record that made the builder consistent ends where a freshly created slot's
-    // confirmed_flush_lsn points (DecodingContextFindStartpoint stores EndRecPtr).
-    let became_consistent =
-        row.state_before < SnapBuildState::Consistent && row.state == SnapBuildState::Consistent;
-    if became_consistent && !slot.in_creation() {
-        let cf = slot.confirmed_flush;
-        if row.end_lsn.0 == cf {
-            return (
-                Some("consistent".into()),
-                Some("slot confirmed_flush_lsn".into()),
-                Some(true),
-                None,
-            );
-        }
-        if row.end_lsn.0 > cf {
-            return (
-                Some("consistent".into()),
-                Some("slot confirmed_flush_lsn".into()),
-                Some(false),
-                Some(format!(
-                    "the server was consistent by {} but the replay only at {}",
-                    Lsn(cf),
-                    row.end_lsn
-                )),
-            );
-        }
+    if slot.restart_lsn == 0 {
+        raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("replication slot \"{}\" has no restart_lsn", slot.name),
+        );
     }
-    (None, None, None, None)
-}
-
-fn to_row(r: &TraceRow, p: &BuilderParams, v: Verdict) -> Row {
-    (
-        r.lsn.into(),
-        Some(r.end_lsn.into()),
-        r.record.to_owned(),
-        r.xid.map(Xid),
-        r.branch.map(str::to_owned),
-        Some(r.state_before.as_str().to_owned()),
-        r.state.as_str().to_owned(),
-        Xid(r.xmin),
-        Xid(r.xmax),
-        Xid(r.next_phase_at),
-        r.start_decoding_at.into(),
-        r.running_xids.as_deref().map(xids),
-        r.wait_xids.as_deref().map(xids),
-        r.level.map(str::to_owned),
-        r.message.clone(),
-        r.detail.clone(),
-        Xid(p.initial_xmin_horizon),
-        p.in_slot_creation,
-        v.0,
-        v.1,
-        v.2,
-        v.3,
-    )
+    let params = params_for_slot(&slot);
+    let label = format!(
+        "replaying slot \"{}\" from restart_lsn {} as {} decoding would (PostgreSQL {} rules)",
+        slot.name,
+        Lsn(slot.restart_lsn),
+        if params.in_slot_creation {
+            "slot creation"
+        } else {
+            "restarted"
+        },
+        params.major.0
+    );
+    TraceInput {
+        slot_db: slot.datoid,
+        start: Lsn(slot.restart_lsn),
+        end: None,
+        params,
+        slot: Some(slot),
+        all_records,
+        label,
+    }
 }
 
 /// Re-runs, in Rust, what the server's snapshot builder does for `slot_name` with the
 /// WAL from the slot's restart_lsn to the end of flushed WAL (snapbuild.c
 /// SnapBuildProcessRunningXacts / SnapBuildFindSnapshot / SnapBuildSerialize /
-/// SnapBuildCommitTxn, fed as decode.c dispatches records).
+/// SnapBuildCommitTxn, fed as decode.c LogicalDecodingProcessRecord dispatches records).
 ///
-/// Rows: a first `REPLAY START` row with the starting parameters, then one per
-/// RUNNING_XACTS, shutdown checkpoint or end-of-recovery record, and one per commit that
-/// became timetravel-tracked. `message`/`detail` are the texts the server logs on that
-/// branch. `server_state`/`server_source`/`agrees` compare with what the server left
-/// behind: the `.snap` file written at that LSN, or the slot's confirmed_flush_lsn for
-/// the record that made the builder consistent.
+/// Rows: a first `REPLAY START` row with the starting parameters; then, by default, one
+/// per RUNNING_XACTS, shutdown checkpoint or end-of-recovery record, one per commit seen
+/// once the builder is FULL (with `verdict`: decoded or why skipped, and `timetravel`),
+/// and any record that changed the builder's state or tracked sets; with `all_records`
+/// one row per record read. `message`/`detail` are the texts the server logs on that
+/// branch; `candidate_*` what the builder asks the slot to advance to.
+/// `server_state`/`server_source`/`agrees` compare with what the server left behind: the
+/// `.snap` file written at that LSN, or the slot's confirmed_flush_lsn for the record that
+/// made the builder consistent.
 ///
 /// Errors: `undefined_object` (no such slot), `object_not_in_prerequisite_state`
-/// (physical slot, or no restart_lsn); WAL read errors as the server raises them.
+/// (physical slot, or no restart_lsn), `undefined_file` (WAL already removed).
 #[pg_extern(strict)]
-#[allow(clippy::type_complexity)]
 fn snapbuild_trace(
     slot_name: PgName,
+    all_records: default!(bool, false),
 ) -> TableIterator<
     'static,
     (
@@ -181,6 +385,11 @@ fn snapbuild_trace(
         name!(level, Option<String>),
         name!(message, Option<String>),
         name!(detail, Option<String>),
+        name!(verdict, Option<String>),
+        name!(decoded, Option<bool>),
+        name!(timetravel, Option<bool>),
+        name!(candidate_catalog_xmin, Option<Xid>),
+        name!(candidate_restart_lsn, Option<PgLsn>),
         name!(initial_xmin_horizon, Xid),
         name!(in_slot_creation, bool),
         name!(server_state, Option<String>),
@@ -189,81 +398,92 @@ fn snapbuild_trace(
         name!(disagreement, Option<String>),
     ),
 > {
-    let slot = find_slot(&slot_name.0);
-    if !slot.logical {
-        crate::adapter::raise(
-            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            format!("replication slot \"{}\" is not a logical slot", slot.name),
-        );
-    }
-    if slot.restart_lsn == 0 {
-        crate::adapter::raise(
-            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            format!("replication slot \"{}\" has no restart_lsn", slot.name),
-        );
-    }
-    let params = params_for_slot(&slot);
-    let version = params.major.snapbuild_version();
-    let mut rows: Vec<Row> = Vec::new();
-    rows.push((
-        PgLsn(slot.restart_lsn),
-        None,
-        "REPLAY START".to_owned(),
-        None,
-        None,
-        None,
-        SnapBuildState::Start.as_str().to_owned(),
-        Xid(0),
-        Xid(0),
-        Xid(0),
-        params.start_decoding_at.into(),
-        None,
-        None,
-        None,
-        Some(format!(
-            "replaying slot \"{}\" from restart_lsn {} as {} decoding would (PostgreSQL {} rules)",
-            slot.name,
-            Lsn(slot.restart_lsn),
-            if params.in_slot_creation {
-                "slot creation"
-            } else {
-                "restarted"
-            },
-            params.major.0
-        )),
-        None,
-        Xid(params.initial_xmin_horizon),
-        params.in_slot_creation,
-        None,
-        None,
-        None,
-        None,
-    ));
-    let mut replay = Replay::new(&params);
-    let mut reader = WalReader::open(Lsn(slot.restart_lsn));
-    let mut restore = |lsn: Lsn| -> RestoreResult {
-        match snapfiles::read_snapshot(lsn, version) {
-            Ok(f) => Ok(f),
-            Err(SnapFileError::Corrupt { err, .. }) => Err(err),
-            Err(e) => e.raise(),
-        }
+    let input = slot_input(&slot_name.0, all_records);
+    to_table(run_trace(&input), &input.params)
+}
+
+/// The same replay as `snapbuild_trace`, as one JSON array (serde_json) for tools.
+#[pg_extern(strict)]
+fn snapbuild_trace_json(slot_name: PgName, all_records: default!(bool, false)) -> pgrx::Json {
+    let input = slot_input(&slot_name.0, all_records);
+    let rows = run_trace(&input);
+    pgrx::Json(serde_json::to_value(&rows).unwrap_or_else(|e| {
+        raise(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            format!("could not serialize trace: {e}"),
+        )
+    }))
+}
+
+/// "What if a slot were created here?": the replay of `snapbuild_trace` without a slot,
+/// from the first record at or after `start_lsn` to `end_lsn` (default: end of flushed
+/// WAL), with AllocateSnapshotBuilder's parameters given explicitly. Decoding is for the
+/// current database. Verdicts come from `.snap` files only.
+///
+/// Errors: `undefined_file` (WAL at `start_lsn` already removed),
+/// `invalid_parameter_value` (start_lsn below the first WAL page or past the end).
+#[pg_extern]
+#[allow(clippy::too_many_arguments)]
+fn snapbuild_trace_range(
+    start_lsn: PgLsn,
+    end_lsn: default!(Option<PgLsn>, "NULL"),
+    initial_xmin_horizon: default!(Option<Xid>, "NULL"),
+    in_slot_creation: default!(bool, true),
+    building_full_snapshot: default!(bool, false),
+    start_decoding_at: default!(Option<PgLsn>, "NULL"),
+    all_records: default!(bool, false),
+) -> TableIterator<
+    'static,
+    (
+        name!(lsn, PgLsn),
+        name!(end_lsn, Option<PgLsn>),
+        name!(record, String),
+        name!(xid, Option<Xid>),
+        name!(branch, Option<String>),
+        name!(state_before, Option<String>),
+        name!(state, String),
+        name!(xmin, Xid),
+        name!(xmax, Xid),
+        name!(next_phase_at, Xid),
+        name!(start_decoding_at, PgLsn),
+        name!(running_xids, Option<Vec<Xid>>),
+        name!(wait_xids, Option<Vec<Xid>>),
+        name!(level, Option<String>),
+        name!(message, Option<String>),
+        name!(detail, Option<String>),
+        name!(verdict, Option<String>),
+        name!(decoded, Option<bool>),
+        name!(timetravel, Option<bool>),
+        name!(candidate_catalog_xmin, Option<Xid>),
+        name!(candidate_restart_lsn, Option<PgLsn>),
+        name!(initial_xmin_horizon, Xid),
+        name!(in_slot_creation, bool),
+        name!(server_state, Option<String>),
+        name!(server_source, Option<String>),
+        name!(agrees, Option<bool>),
+        name!(disagreement, Option<String>),
+    ),
+> {
+    let params = BuilderParams {
+        major: server_major(),
+        initial_xmin_horizon: initial_xmin_horizon.map(|x| x.0).unwrap_or(0),
+        start_decoding_at: Lsn(start_decoding_at.map(|l| l.0).unwrap_or(0)),
+        building_full_snapshot,
+        in_slot_creation,
+        two_phase_at: Lsn(0),
     };
-    while let Some(rec) = reader.next_record() {
-        match replay.feed(&rec.head, &rec.payload, &mut restore) {
-            Ok(Some(row)) => {
-                let v = verdict(&row, &slot, version);
-                rows.push(to_row(&row, &params, v));
-            }
-            Ok(None) => {}
-            Err(e) => {
-                // The server raises this ERROR here and decoding stops; so does the replay.
-                let mut row = to_row(&e.row, &params, (None, None, None, None));
-                row.13 = Some("ERROR".into());
-                row.14 = Some(e.error.message(&snapfiles::path_for(e.row.lsn)));
-                rows.push(row);
-                break;
-            }
-        }
-    }
-    TableIterator::new(rows)
+    let input = TraceInput {
+        slot_db: unsafe { pg_sys::MyDatabaseId.to_u32() },
+        start: Lsn(start_lsn.0),
+        end: end_lsn.map(|l| Lsn(l.0)),
+        label: format!(
+            "replaying from {} with explicit parameters (PostgreSQL {} rules)",
+            Lsn(start_lsn.0),
+            params.major.0
+        ),
+        params,
+        slot: None,
+        all_records,
+    };
+    to_table(run_trace(&input), &input.params)
 }

@@ -129,3 +129,39 @@ macro_rules! box_ret_via_into_datum {
 }
 
 box_ret_via_into_datum!(Xid, PgLsn, PgName);
+
+impl pgrx::FromDatum for Xid {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _: pg_sys::Oid,
+    ) -> Option<Self> {
+        (!is_null).then(|| Xid(datum.value() as u32))
+    }
+}
+
+impl pgrx::FromDatum for PgLsn {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _: pg_sys::Oid,
+    ) -> Option<Self> {
+        (!is_null).then(|| PgLsn(datum.value() as u64))
+    }
+}
+
+macro_rules! arg_via_from_datum {
+    ($($t:ty),*) => {
+        $(unsafe impl<'fcx> pgrx::callconv::ArgAbi<'fcx> for $t {
+            unsafe fn unbox_arg_unchecked(arg: pgrx::callconv::Arg<'_, 'fcx>) -> Self {
+                let index = arg.index();
+                arg.unbox_arg_using_from_datum().unwrap_or_else(|| panic!("argument {index} must not be null"))
+            }
+            unsafe fn unbox_nullable_arg(arg: pgrx::callconv::Arg<'_, 'fcx>) -> pgrx::nullable::Nullable<Self> {
+                arg.unbox_arg_using_from_datum().into()
+            }
+        })*
+    };
+}
+
+arg_via_from_datum!(Xid, PgLsn);

@@ -39,7 +39,8 @@ fn decoders_never_panic_on_random_bytes() {
 fn mutated_valid_files_fail_cleanly_or_roundtrip() {
     let mut b = SnapBuild::new(&params(18, false));
     let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
-    b.process_running_xacts(Lsn(1), &rx(900, 900, &[]), &mut none).unwrap();
+    b.process_running_xacts(Lsn(1), &rx(900, 900, &[]), &mut none)
+        .unwrap();
     b.committed_xip = vec![901, 905, 903];
     let good = b.serialize(Lsn(0x1000)).encode().unwrap();
     for seed in 1..3000u64 {
@@ -55,7 +56,10 @@ fn mutated_valid_files_fail_cleanly_or_roundtrip() {
         }
         match SnapBuildOnDisk::decode(&bytes, 6) {
             // Only appended bytes (ignored, as the server ignores them) may still decode.
-            Ok(f) => assert!(bytes.len() >= good.len() && f.encode().unwrap() == good, "seed {seed}"),
+            Ok(f) => assert!(
+                bytes.len() >= good.len() && f.encode().unwrap() == good,
+                "seed {seed}"
+            ),
             Err(e) => assert!(!e.message("x").is_empty(), "seed {seed}"),
         }
     }
@@ -117,7 +121,13 @@ fn state_machine_invariants_on_random_histories() {
             });
             let oldest = oldest.unwrap_or(next);
             let before = b.state;
-            let s = b.process_running_xacts(Lsn(100 * (step + 1)), &rx(oldest, next, &running), &mut none).unwrap();
+            let s = b
+                .process_running_xacts(
+                    Lsn(100 * (step + 1)),
+                    &rx(oldest, next, &running),
+                    &mut none,
+                )
+                .unwrap();
             assert!(b.state >= before, "seed {seed}: state went back");
             assert_eq!(b.xmin, oldest, "seed {seed}");
             if before < SnapBuildState::Consistent {
@@ -128,7 +138,12 @@ fn state_machine_invariants_on_random_histories() {
                     phase_target = Some(next);
                 } else if let Some(t) = phase_target {
                     let reached = xid::precedes_or_equals(t, oldest);
-                    assert_eq!(b.state > before, reached, "seed {seed} step {step}: {:?}", s.branch);
+                    assert_eq!(
+                        b.state > before,
+                        reached,
+                        "seed {seed} step {step}: {:?}",
+                        s.branch
+                    );
                     if reached {
                         phase_target = Some(next);
                     }
