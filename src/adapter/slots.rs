@@ -51,7 +51,20 @@ unsafe fn slot_control_lock() -> *mut pg_sys::LWLock {
     &mut (*pg_sys::MainLWLockArray.add(37)).lock
 }
 
-#[cfg(not(any(feature = "pg14", feature = "pg15")))]
+#[cfg(any(feature = "pg16", feature = "pg17"))]
+unsafe fn invalidation(s: &pg_sys::ReplicationSlot) -> Option<String> {
+    use pg_sys::ReplicationSlotInvalidationCause as C;
+    // The names slot.c gives these causes (SlotInvalidationCauses).
+    match s.data.invalidated {
+        C::RS_INVAL_NONE => None,
+        C::RS_INVAL_WAL_REMOVED => Some("wal_removed".into()),
+        C::RS_INVAL_HORIZON => Some("rows_removed".into()),
+        C::RS_INVAL_WAL_LEVEL => Some("wal_level_insufficient".into()),
+        other => Some(format!("unknown ({other})")),
+    }
+}
+
+#[cfg(not(any(feature = "pg14", feature = "pg15", feature = "pg16", feature = "pg17")))]
 unsafe fn invalidation(s: &pg_sys::ReplicationSlot) -> Option<String> {
     if s.data.invalidated == pg_sys::ReplicationSlotInvalidationCause::RS_INVAL_NONE {
         return None;

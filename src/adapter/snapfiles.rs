@@ -38,7 +38,10 @@ impl SnapFileError {
                 } else {
                     C::ERRCODE_IO_ERROR
                 };
-                crate::adapter::raise(code, format!("could not open file \"{path}\": {err}"))
+                crate::adapter::raise(
+                    code,
+                    format!("could not open file \"{path}\": {}", strerror(&err)),
+                )
             }
             SnapFileError::Corrupt { path, err } => {
                 crate::adapter::raise(C::ERRCODE_DATA_CORRUPTED, err.message(&path))
@@ -50,9 +53,21 @@ impl SnapFileError {
     pub fn text(&self) -> String {
         match self {
             SnapFileError::BadName(n) => format!("invalid snapshot file name \"{n}\""),
-            SnapFileError::Io { path, err } => format!("could not read file \"{path}\": {err}"),
+            SnapFileError::Io { path, err } => {
+                format!("could not open file \"{path}\": {}", strerror(&err))
+            }
             SnapFileError::Corrupt { path, err } => err.message(path),
         }
+    }
+}
+
+/// The `%m` text of an I/O error, as the server prints it (without Rust's
+/// " (os error N)" suffix).
+pub fn strerror(err: &std::io::Error) -> String {
+    let text = err.to_string();
+    match text.rfind(" (os error ") {
+        Some(i) => text[..i].to_owned(),
+        None => text,
     }
 }
 

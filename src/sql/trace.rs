@@ -212,6 +212,7 @@ type Row = (
     ),
     (Xid, bool),
     (Option<String>, Option<String>, Option<bool>, Option<String>),
+    (Option<Xid>, Option<Xid>, Option<Vec<Xid>>, Option<Vec<Xid>>),
 );
 
 fn flatten(t: &Traced, p: &BuilderParams) -> Row {
@@ -259,6 +260,15 @@ fn flatten(t: &Traced, p: &BuilderParams) -> Row {
             t.verdict.agrees,
             t.verdict.disagreement.clone(),
         ),
+        match &r.serialized {
+            Some(f) => (
+                Some(Xid(f.builder.xmin)),
+                Some(Xid(f.builder.xmax)),
+                Some(xids(&f.committed_xip)),
+                Some(xids(&f.catchange_xip)),
+            ),
+            None => (None, None, None, None),
+        },
     )
 }
 
@@ -292,16 +302,20 @@ type Columns = (
     Option<String>,
     Option<bool>,
     Option<String>,
+    Option<Xid>,
+    Option<Xid>,
+    Option<Vec<Xid>>,
+    Option<Vec<Xid>>,
 );
 
 fn to_table(rows: Vec<Traced>, p: &BuilderParams) -> TableIterator<'static, Columns> {
     let v: Vec<_> = rows
         .iter()
         .map(|t| {
-            let (a, b, c, d, e, f) = flatten(t, p);
+            let (a, b, c, d, e, f, g) = flatten(t, p);
             (
                 a.0, a.1, a.2, a.3, a.4, a.5, a.6, b.0, b.1, b.2, b.3, b.4, b.5, c.0, c.1, c.2,
-                d.0, d.1, d.2, d.3, d.4, e.0, e.1, f.0, f.1, f.2, f.3,
+                d.0, d.1, d.2, d.3, d.4, e.0, e.1, f.0, f.1, f.2, f.3, g.0, g.1, g.2, g.3,
             )
         })
         .collect();
@@ -355,7 +369,10 @@ fn slot_input(slot_name: &str, all_records: bool) -> TraceInput {
 /// once the builder is FULL (with `verdict`: decoded or why skipped, and `timetravel`),
 /// and any record that changed the builder's state or tracked sets; with `all_records`
 /// one row per record read. `message`/`detail` are the texts the server logs on that
-/// branch; `candidate_*` what the builder asks the slot to advance to.
+/// branch; `candidate_*` what the builder asks the slot to advance to. State columns
+/// (`state`, `xmin`, `xmax`, …) describe the builder after the record; on serialize rows
+/// `serialized_*` give what SnapBuildSerialize wrote, which is taken before the record
+/// moves xmin (the `.snap` file at that LSN holds these).
 /// `server_state`/`server_source`/`agrees` compare with what the server left behind: the
 /// `.snap` file written at that LSN, or the slot's confirmed_flush_lsn for the record that
 /// made the builder consistent.
@@ -396,6 +413,10 @@ fn snapbuild_trace(
         name!(server_source, Option<String>),
         name!(agrees, Option<bool>),
         name!(disagreement, Option<String>),
+        name!(serialized_xmin, Option<Xid>),
+        name!(serialized_xmax, Option<Xid>),
+        name!(serialized_committed_xip, Option<Vec<Xid>>),
+        name!(serialized_catchange_xip, Option<Vec<Xid>>),
     ),
 > {
     let input = slot_input(&slot_name.0, all_records);
@@ -462,6 +483,10 @@ fn snapbuild_trace_range(
         name!(server_source, Option<String>),
         name!(agrees, Option<bool>),
         name!(disagreement, Option<String>),
+        name!(serialized_xmin, Option<Xid>),
+        name!(serialized_xmax, Option<Xid>),
+        name!(serialized_committed_xip, Option<Vec<Xid>>),
+        name!(serialized_catchange_xip, Option<Vec<Xid>>),
     ),
 > {
     let params = BuilderParams {
