@@ -79,6 +79,17 @@ unsafe fn invalidation(s: &pg_sys::ReplicationSlot) -> Option<String> {
     (s.data.invalidated_at != 0 && s.data.restart_lsn == 0).then(|| "wal_removed".to_owned())
 }
 
+/// The slot's `two_phase_at` (14 calls it `initial_consistent_point`).
+#[cfg(not(feature = "pg14"))]
+fn two_phase_at(s: &pg_sys::ReplicationSlot) -> u64 {
+    s.data.two_phase_at
+}
+
+#[cfg(feature = "pg14")]
+fn two_phase_at(s: &pg_sys::ReplicationSlot) -> u64 {
+    s.data.initial_consistent_point
+}
+
 /// Copies every in-use slot. Read-only; holds the control lock only while copying.
 pub fn copy_slots() -> Vec<SlotCopy> {
     let mut out = Vec::new();
@@ -114,7 +125,7 @@ pub fn copy_slots() -> Vec<SlotCopy> {
                 effective_catalog_xmin: s.effective_catalog_xmin.into_inner(),
                 restart_lsn: s.data.restart_lsn,
                 confirmed_flush: s.data.confirmed_flush,
-                two_phase_at: s.data.two_phase_at,
+                two_phase_at: two_phase_at(&s),
                 candidate_catalog_xmin: s.candidate_catalog_xmin.into_inner(),
                 candidate_xmin_lsn: s.candidate_xmin_lsn,
                 candidate_restart_valid: s.candidate_restart_valid,

@@ -1,6 +1,6 @@
 //! Reads WAL with PostgreSQL's own XLogReader, the way contrib pg_walinspect does
-//! (`read_local_xlog_page_no_wait`: stop at the end of flushed WAL, never wait), and
-//! hands each record to the core as plain values.
+//! (stop at the end of flushed WAL, never wait), and hands each record to the core as
+//! plain values. Version differences of the reader live in `compat`.
 
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode as C;
@@ -8,23 +8,7 @@ use snapbuild_core::records::RecordKind;
 use snapbuild_core::replay::{Payload, RecordHead};
 use snapbuild_core::{Lsn, RunningXacts};
 
-// The XLogReader callbacks must be the server's C functions themselves (pgrx's
-// bindings are Rust wrappers), so they are declared here by their C symbols.
-unsafe extern "C-unwind" {
-    fn read_local_xlog_page_no_wait(
-        state: *mut pg_sys::XLogReaderState,
-        target_page_ptr: pg_sys::XLogRecPtr,
-        req_len: std::ffi::c_int,
-        target_rec_ptr: pg_sys::XLogRecPtr,
-        cur_page: *mut std::ffi::c_char,
-    ) -> std::ffi::c_int;
-    fn wal_segment_open(
-        state: *mut pg_sys::XLogReaderState,
-        next_seg_no: pg_sys::XLogSegNo,
-        tli_p: *mut pg_sys::TimeLineID,
-    );
-    fn wal_segment_close(state: *mut pg_sys::XLogReaderState);
-}
+use crate::adapter::raise;
 
 /// An open XLogReader positioned at the first valid record at or after a start LSN.
 pub struct WalReader {
@@ -39,36 +23,194 @@ pub struct WalRecord {
     pub payload: Payload,
 }
 
+/// The fields of the current record, read from whichever struct this major keeps them in.
+struct Current {
+    info: u8,
+    rmid: u8,
+    xid: u32,
+    top_xid: u32,
+    main_data: *mut std::ffi::c_char,
+    main_data_len: u32,
+}
+
+#[cfg(not(feature = "pg14"))]
+mod compat {
+    //! 15+: `read_local_xlog_page_no_wait` and `XLogFindNextRecord` exist in the backend,
+    //! and the decoded record lives in `state->record`.
+    use super::Current;
+    use pgrx::pg_sys;
+
+    // The XLogReader callbacks must be the server's C functions themselves (pgrx's
+    // bindings are Rust wrappers), so they are declared here by their C symbols.
+    unsafe extern "C-unwind" {
+        fn read_local_xlog_page_no_wait(
+            state: *mut pg_sys::XLogReaderState,
+            target_page_ptr: pg_sys::XLogRecPtr,
+            req_len: std::ffi::c_int,
+            target_rec_ptr: pg_sys::XLogRecPtr,
+            cur_page: *mut std::ffi::c_char,
+        ) -> std::ffi::c_int;
+        fn wal_segment_open(
+            state: *mut pg_sys::XLogReaderState,
+            next_seg_no: pg_sys::XLogSegNo,
+            tli_p: *mut pg_sys::TimeLineID,
+        );
+        fn wal_segment_close(state: *mut pg_sys::XLogReaderState);
+    }
+
+    pub unsafe fn allocate() -> *mut pg_sys::XLogReaderState {
+        let private =
+            pg_sys::palloc0(std::mem::size_of::<pg_sys::ReadLocalXLogPageNoWaitPrivate>());
+        let mut routine = pg_sys::XLogReaderRoutine {
+            page_read: Some(read_local_xlog_page_no_wait),
+            segment_open: Some(wal_segment_open),
+            segment_close: Some(wal_segment_close),
+        };
+        pg_sys::XLogReaderAllocate(
+            pg_sys::wal_segment_size,
+            std::ptr::null(),
+            &mut routine,
+            private,
+        )
+    }
+
+    /// The first valid record at or after `start`, 0 if none.
+    pub unsafe fn find_first(reader: *mut pg_sys::XLogReaderState, start: u64) -> u64 {
+        pg_sys::XLogFindNextRecord(reader, start)
+    }
+
+    pub unsafe fn end_of_wal(reader: *mut pg_sys::XLogReaderState) -> bool {
+        let private = (*reader).private_data as *mut pg_sys::ReadLocalXLogPageNoWaitPrivate;
+        (*private).end_of_wal
+    }
+
+    pub unsafe fn current(reader: *mut pg_sys::XLogReaderState) -> Current {
+        let d = (*reader).record;
+        Current {
+            info: (*d).header.xl_info,
+            rmid: (*d).header.xl_rmid,
+            xid: (*d).header.xl_xid.into_inner(),
+            top_xid: (*d).toplevel_xid.into_inner(),
+            main_data: (*d).main_data,
+            main_data_len: (*d).main_data_len,
+        }
+    }
+
+    /// rm_name and rm_identify of a resource manager, if it exists.
+    pub unsafe fn rmgr(rmid: u8) -> Option<pg_sys::RmgrData> {
+        pg_sys::RmgrIdExists(rmid as pg_sys::RmgrId)
+            .then(|| pg_sys::GetRmgr(rmid as pg_sys::RmgrId))
+    }
+}
+
+#[cfg(feature = "pg14")]
+mod compat {
+    //! 14: no no-wait page reader and no backend XLogFindNextRecord; the decoded record's
+    //! fields sit in the reader itself. The page callback stops at the flushed end of WAL
+    //! instead of waiting there, as 15's read_local_xlog_page_no_wait does.
+    use super::Current;
+    use pgrx::pg_sys;
+
+    #[repr(C)]
+    struct Private {
+        end_of_wal: bool,
+    }
+
+    unsafe extern "C-unwind" {
+        fn read_local_xlog_page(
+            state: *mut pg_sys::XLogReaderState,
+            target_page_ptr: pg_sys::XLogRecPtr,
+            req_len: std::ffi::c_int,
+            target_rec_ptr: pg_sys::XLogRecPtr,
+            cur_page: *mut std::ffi::c_char,
+        ) -> std::ffi::c_int;
+        fn wal_segment_open(
+            state: *mut pg_sys::XLogReaderState,
+            next_seg_no: pg_sys::XLogSegNo,
+            tli_p: *mut pg_sys::TimeLineID,
+        );
+        fn wal_segment_close(state: *mut pg_sys::XLogReaderState);
+        fn GetFlushRecPtr() -> pg_sys::XLogRecPtr;
+    }
+
+    /// Page reader that reports the end of WAL instead of waiting for more.
+    unsafe extern "C-unwind" fn read_page_no_wait(
+        state: *mut pg_sys::XLogReaderState,
+        target_page_ptr: pg_sys::XLogRecPtr,
+        req_len: std::ffi::c_int,
+        target_rec_ptr: pg_sys::XLogRecPtr,
+        cur_page: *mut std::ffi::c_char,
+    ) -> std::ffi::c_int {
+        if target_page_ptr + req_len as u64 > GetFlushRecPtr() {
+            (*((*state).private_data as *mut Private)).end_of_wal = true;
+            return -1;
+        }
+        read_local_xlog_page(state, target_page_ptr, req_len, target_rec_ptr, cur_page)
+    }
+
+    pub unsafe fn allocate() -> *mut pg_sys::XLogReaderState {
+        let private = pg_sys::palloc0(std::mem::size_of::<Private>());
+        let mut routine = pg_sys::XLogReaderRoutine {
+            page_read: Some(read_page_no_wait),
+            segment_open: Some(wal_segment_open),
+            segment_close: Some(wal_segment_close),
+        };
+        pg_sys::XLogReaderAllocate(
+            pg_sys::wal_segment_size,
+            std::ptr::null(),
+            &mut routine,
+            private,
+        )
+    }
+
+    /// 14's backend cannot search for a record boundary: start must be one (a slot's
+    /// restart_lsn always is).
+    pub unsafe fn find_first(reader: *mut pg_sys::XLogReaderState, start: u64) -> u64 {
+        pg_sys::XLogBeginRead(reader, start);
+        start
+    }
+
+    pub unsafe fn end_of_wal(reader: *mut pg_sys::XLogReaderState) -> bool {
+        (*((*reader).private_data as *mut Private)).end_of_wal
+    }
+
+    pub unsafe fn current(reader: *mut pg_sys::XLogReaderState) -> Current {
+        let r = &*reader;
+        let h = &*r.decoded_record;
+        Current {
+            info: h.xl_info,
+            rmid: h.xl_rmid,
+            xid: h.xl_xid.into_inner(),
+            top_xid: r.toplevel_xid.into_inner(),
+            main_data: r.main_data,
+            main_data_len: r.main_data_len,
+        }
+    }
+
+    pub unsafe fn rmgr(rmid: u8) -> Option<pg_sys::RmgrData> {
+        ((rmid as u32) < pg_sys::RmgrIds::RM_NEXT_ID as u32)
+            .then(|| *pg_sys::RmgrTable.as_ptr().add(rmid as usize))
+    }
+}
+
 impl WalReader {
     /// Mirrors pg_walinspect's InitXLogReaderState: allocate a reader over local WAL
-    /// and find the first valid record at or after `start`.
+    /// and find the first valid record at or after `start` (on 14, `start` itself).
     ///
     /// Errors: `invalid_parameter_value` when `start` is below the first page or no
     /// record can be found after it; whatever the WAL segment reader raises (e.g. a
     /// removed segment) propagates with the server's own SQLSTATE.
     pub fn open(start: Lsn) -> Self {
         if start.0 < pg_sys::XLOG_BLCKSZ as u64 {
-            crate::adapter::raise(
+            raise(
                 C::ERRCODE_INVALID_PARAMETER_VALUE,
                 format!("could not read WAL at LSN {start}"),
             );
         }
         unsafe {
-            let private =
-                pg_sys::palloc0(std::mem::size_of::<pg_sys::ReadLocalXLogPageNoWaitPrivate>());
-            let mut routine = pg_sys::XLogReaderRoutine {
-                page_read: Some(read_local_xlog_page_no_wait),
-                segment_open: Some(wal_segment_open),
-                segment_close: Some(wal_segment_close),
-            };
-            let reader = pg_sys::XLogReaderAllocate(
-                pg_sys::wal_segment_size,
-                std::ptr::null(),
-                &mut routine,
-                private,
-            );
+            let reader = compat::allocate();
             if reader.is_null() {
-                crate::adapter::raise(
+                raise(
                     C::ERRCODE_OUT_OF_MEMORY,
                     "out of memory while allocating a WAL reading processor",
                 );
@@ -77,9 +219,8 @@ impl WalReader {
                 reader,
                 with_names: false,
             };
-            let first = pg_sys::XLogFindNextRecord(reader, start.0);
-            if first == 0 {
-                crate::adapter::raise(
+            if compat::find_first(reader, start.0) == 0 {
+                raise(
                     C::ERRCODE_INVALID_PARAMETER_VALUE,
                     format!("could not find a valid record after {start}"),
                 );
@@ -90,16 +231,15 @@ impl WalReader {
 
     /// Reads the next record; `None` at the end of flushed WAL.
     ///
-    /// Errors: `internal_error` ("could not read WAL at …") for a broken record.
+    /// Errors: `internal_error` ("could not read WAL at …") for a broken record,
+    /// `data_corrupted` for a malformed RUNNING_XACTS body.
     pub fn next_record(&mut self) -> Option<WalRecord> {
         pgrx::check_for_interrupts!();
         unsafe {
             let mut errormsg: *mut std::ffi::c_char = std::ptr::null_mut();
             let rec = pg_sys::XLogReadRecord(self.reader, &mut errormsg);
             if rec.is_null() {
-                let private =
-                    (*self.reader).private_data as *mut pg_sys::ReadLocalXLogPageNoWaitPrivate;
-                if (*private).end_of_wal {
+                if compat::end_of_wal(self.reader) {
                     return None;
                 }
                 let at = Lsn((*self.reader).EndRecPtr);
@@ -108,38 +248,35 @@ impl WalReader {
                 } else {
                     format!(": {}", std::ffi::CStr::from_ptr(errormsg).to_string_lossy())
                 };
-                crate::adapter::raise(
+                raise(
                     C::ERRCODE_INTERNAL_ERROR,
                     format!("could not read WAL at {at}{why}"),
                 );
             }
-            let r = self.reader;
-            let d = (*r).record;
-            let info = (*d).header.xl_info;
-            let rmid = (*d).header.xl_rmid;
-            let kind = RecordKind::classify(rmid, info);
+            let cur = compat::current(self.reader);
+            let kind = RecordKind::classify(cur.rmid, cur.info);
             let head = RecordHead {
-                lsn: Lsn((*r).ReadRecPtr),
-                end_lsn: Lsn((*r).EndRecPtr),
-                xid: (*d).header.xl_xid.into_inner(),
-                top_xid: (*d).toplevel_xid.into_inner(),
-                rmid,
+                lsn: Lsn((*self.reader).ReadRecPtr),
+                end_lsn: Lsn((*self.reader).EndRecPtr),
+                xid: cur.xid,
+                top_xid: cur.top_xid,
+                rmid: cur.rmid,
                 kind,
                 name: if self.with_names {
-                    Some(record_name(rmid, info))
+                    Some(record_name(cur.rmid, cur.info))
                 } else {
                     None
                 },
             };
-            let data: &[u8] = if (*d).main_data.is_null() || (*d).main_data_len == 0 {
+            let data: &[u8] = if cur.main_data.is_null() || cur.main_data_len == 0 {
                 &[]
             } else {
-                std::slice::from_raw_parts((*d).main_data as *const u8, (*d).main_data_len as usize)
+                std::slice::from_raw_parts(cur.main_data as *const u8, cur.main_data_len as usize)
             };
             let payload = match kind {
                 RecordKind::RunningXacts => match RunningXacts::parse(data) {
                     Ok(rx) => Payload::RunningXacts(rx),
-                    Err(e) => crate::adapter::raise(
+                    Err(e) => raise(
                         C::ERRCODE_DATA_CORRUPTED,
                         format!("RUNNING_XACTS record at {} is malformed: {e}", head.lsn),
                     ),
@@ -147,19 +284,13 @@ impl WalReader {
                 RecordKind::Commit | RecordKind::CommitPrepared if !data.is_empty() => {
                     let mut parsed: pg_sys::xl_xact_parsed_commit = std::mem::zeroed();
                     pg_sys::ParseCommitRecord(
-                        info,
-                        (*d).main_data as *mut pg_sys::xl_xact_commit,
+                        cur.info,
+                        cur.main_data as *mut pg_sys::xl_xact_commit,
                         &mut parsed,
                     );
-                    let subxacts = xid_slice(parsed.subxacts, parsed.nsubxacts);
-                    let xid = if parsed.twophase_xid != pg_sys::TransactionId::INVALID {
-                        parsed.twophase_xid.into_inner()
-                    } else {
-                        head.xid
-                    };
                     Payload::Commit {
-                        xid,
-                        subxacts,
+                        xid: twophase_or(parsed.twophase_xid, head.xid),
+                        subxacts: xid_slice(parsed.subxacts, parsed.nsubxacts),
                         has_invals: parsed.xinfo & pg_sys::XACT_XINFO_HAS_INVALS != 0,
                         db_id: parsed.dbId.to_u32(),
                     }
@@ -167,17 +298,14 @@ impl WalReader {
                 RecordKind::Abort | RecordKind::AbortPrepared if !data.is_empty() => {
                     let mut parsed: pg_sys::xl_xact_parsed_abort = std::mem::zeroed();
                     pg_sys::ParseAbortRecord(
-                        info,
-                        (*d).main_data as *mut pg_sys::xl_xact_abort,
+                        cur.info,
+                        cur.main_data as *mut pg_sys::xl_xact_abort,
                         &mut parsed,
                     );
-                    let subxacts = xid_slice(parsed.subxacts, parsed.nsubxacts);
-                    let xid = if parsed.twophase_xid != pg_sys::TransactionId::INVALID {
-                        parsed.twophase_xid.into_inner()
-                    } else {
-                        head.xid
-                    };
-                    Payload::Abort { xid, subxacts }
+                    Payload::Abort {
+                        xid: twophase_or(parsed.twophase_xid, head.xid),
+                        subxacts: xid_slice(parsed.subxacts, parsed.nsubxacts),
+                    }
                 }
                 // xl_logical_message: Oid dbId, then bool transactional.
                 RecordKind::LogicalMessage if data.len() > 4 => Payload::Message {
@@ -190,13 +318,20 @@ impl WalReader {
     }
 }
 
+fn twophase_or(twophase: pg_sys::TransactionId, xid: u32) -> u32 {
+    if twophase != pg_sys::TransactionId::INVALID {
+        twophase.into_inner()
+    } else {
+        xid
+    }
+}
+
 /// pg_waldump's `rmgr/TYPE` for a record (rm_name and rm_identify).
 fn record_name(rmid: u8, info: u8) -> String {
     unsafe {
-        if !pg_sys::RmgrIdExists(rmid as pg_sys::RmgrId) {
+        let Some(rmgr) = compat::rmgr(rmid) else {
             return format!("custom {rmid}/{info:02X}");
-        }
-        let rmgr = pg_sys::GetRmgr(rmid as pg_sys::RmgrId);
+        };
         let name = if rmgr.rm_name.is_null() {
             format!("{rmid}")
         } else {

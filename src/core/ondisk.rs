@@ -5,8 +5,8 @@
 //! raw copy of the C structs, pointers nulled. All offsets below are bytes from the
 //! start of the serialized builder, which itself starts 16 bytes into the file.
 //!
-//! | field                         | v4 (≤15) | v5 (16,17) | v6 (18) |
-//! |-------------------------------|----------|------------|---------|
+//! | field                         | v4 (≤15) | v5 (16)    | v6 (17+) |
+//! |-------------------------------|----------|------------|----------|
 //! | state (int)                   | 0        | 0          | 0       |
 //! | xmin, xmax                    | 16, 20   | 16, 20     | 16, 20  |
 //! | start_decoding_at             | 24       | 24         | 24      |
@@ -55,7 +55,7 @@ pub struct OnDiskBuilder {
     pub two_phase_at: Lsn,
     pub initial_xmin_horizon: TransactionId,
     pub building_full_snapshot: bool,
-    /// Only in version 6 (PostgreSQL 18).
+    /// Only in version 6 (PostgreSQL 17 and later).
     pub in_slot_creation: Option<bool>,
     pub last_serialized_snapshot: Lsn,
     pub next_phase_at: TransactionId,

@@ -15,20 +15,20 @@ impl PgMajor {
     }
 
     /// The server's `SNAPBUILD_VERSION`: 4 up to 15 (no catalog-change array on disk),
-    /// 5 in 16 and 17 (adds `catchange`), 6 in 18 (adds `in_slot_creation` to the
-    /// serialized builder).
+    /// 5 in 16 (adds `catchange`), 6 from 17 (adds `in_slot_creation` to the serialized
+    /// builder). Checked against files written by 14.22, 15.19, 16.15, 17.11 and 18.6.
     pub fn snapbuild_version(self) -> u32 {
         match self.0 {
             0..=15 => 4,
-            16 | 17 => 5,
+            16 => 5,
             _ => 6,
         }
     }
 
     /// Branch b) of SnapBuildFindSnapshot is refused while a slot is being created
-    /// (`builder->in_slot_creation`) — the field exists in the builder from 18 on.
+    /// (`builder->in_slot_creation`) — the field the builder has from 17 on.
     pub fn restore_checks_in_slot_creation(self) -> bool {
-        self.0 >= 18
+        self.0 >= 17
     }
 
     /// 14 and 15 keep the xids of the running-xacts record that a restore used
@@ -53,6 +53,7 @@ mod tests {
         assert_eq!(PgMajor::from_version_num(180006), PgMajor(18));
         assert_eq!(PgMajor(15).snapbuild_version(), 4);
         assert_eq!(PgMajor(16).snapbuild_version(), 5);
+        assert_eq!(PgMajor(17).snapbuild_version(), 6);
         assert_eq!(PgMajor(18).snapbuild_version(), 6);
         assert!(PgMajor(15).remembers_initial_running_xacts());
         assert!(!PgMajor(16).remembers_initial_running_xacts());
