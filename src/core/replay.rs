@@ -7,8 +7,8 @@ use crate::ondisk::{OnDiskError, SnapBuildOnDisk};
 use crate::records::{RecordKind, RM_XACT_ID};
 use crate::running_xacts::RunningXacts;
 use crate::snapbuild::{
-    Branch, BuilderParams, CommitVerdict, DecodeVerdict, RestoreResult, SnapBuild, SnapBuildState,
-    Step,
+    Branch, BuilderParams, CommitVerdict, DecodeVerdict, RestoreResult, SerializeContext,
+    SnapBuild, SnapBuildState, Step,
 };
 use crate::xid::{self, TransactionId};
 
@@ -75,6 +75,8 @@ pub struct TraceRow {
     pub detail: Option<String>,
     /// The file SnapBuildSerialize writes at this LSN (serialize rows).
     pub serialized: Option<SnapBuildOnDisk>,
+    /// What the serialized xmin rests on (serialize rows).
+    pub serialize_context: Option<SerializeContext>,
     /// Where a restored snapshot came from (branch b).
     pub restored_from: Option<Lsn>,
     /// SnapBuildCommitTxn's verdict, on commit rows.
@@ -174,6 +176,7 @@ impl Replay {
             message: None,
             detail: None,
             serialized: None,
+            serialize_context: None,
             restored_from: None,
             commit: None,
             decode: None,
@@ -190,6 +193,7 @@ impl Replay {
             }
             row.wait_xids = Some(s.wait_xids);
             row.serialized = s.serialized;
+            row.serialize_context = s.serialize_context;
             row.restored_from = s.restored_from;
             row.commit = s.commit;
             row.candidate_xmin = s.candidate_xmin;
@@ -303,31 +307,77 @@ impl Replay {
     }
 }
 
-/// Compares the file the replay predicts with the file the server wrote at the same
-/// LSN. Returns the names of fields that differ (empty = agreement).
+/// How a predicted `.snap` compares with the one the server wrote at the same LSN.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FileComparison {
+    /// Fields any consistent builder must agree on at this LSN: state, next_phase_at, the
+    /// catchange xids (the running catalog-modifying transactions), and xmin whenever both
+    /// the replay and the writer took it from the previous RUNNING_XACTS record.
+    pub differences: Vec<String>,
+    /// Fields that depend on how the writing decoder got here: xmin after a restore
+    /// (branch b keeps the file's older xmin until the next record), xmax (moved only by
+    /// catalog commits seen since the decoder became consistent, or set by branch a) and
+    /// the committed xids (collected since then). They match when the replay and the
+    /// writer started alike; otherwise they are reported here, not held against the
+    /// replay.
+    pub writer_dependent: Vec<String>,
+}
+
+impl FileComparison {
+    /// No difference in the fields every builder must agree on.
+    pub fn agrees(&self) -> bool {
+        self.differences.is_empty()
+    }
+}
+
+/// Compares the file the replay predicts with the file the server wrote at the same LSN.
+/// `ctx` says where the predicted xmin came from.
 ///
-/// Compared: state, xmin, xmax, next_phase_at, the committed xids (as a set) and the
-/// catchange xids. Not compared, because they describe the process that wrote the file
-/// rather than the WAL position: start_decoding_at, last_serialized_snapshot,
-/// in_slot_creation, building_full_snapshot, initial_xmin_horizon, two_phase_at,
-/// committed.xcnt_space and includes_all_transactions.
-pub fn compare_with_server(predicted: &SnapBuildOnDisk, server: &SnapBuildOnDisk) -> Vec<String> {
+/// Not compared at all, because they describe the process that wrote the file rather
+/// than the WAL position: start_decoding_at, last_serialized_snapshot, in_slot_creation,
+/// building_full_snapshot, initial_xmin_horizon, two_phase_at, committed.xcnt_space and
+/// includes_all_transactions.
+pub fn compare_with_server(
+    predicted: &SnapBuildOnDisk,
+    server: &SnapBuildOnDisk,
+    ctx: Option<SerializeContext>,
+) -> FileComparison {
     let (p, s) = (&predicted.builder, &server.builder);
-    let mut out = Vec::new();
+    let mut c = FileComparison::default();
     if p.state != s.state {
-        out.push(format!("state {} vs {}", p.state, s.state));
+        c.differences
+            .push(format!("state {} vs {}", p.state, s.state));
     }
     if p.xmin != s.xmin {
-        out.push(format!("xmin {} vs {}", p.xmin, s.xmin));
-    }
-    if p.xmax != s.xmax {
-        out.push(format!("xmax {} vs {}", p.xmax, s.xmax));
+        // The writer serialized at the previous RUNNING_XACTS (so took its xmin from it)
+        // and so did we: the xmins must be equal.
+        let both_from_record = ctx.is_some_and(|c| {
+            !c.xmin_from_restore
+                && c.prev_running_xacts.is_valid()
+                && s.last_serialized_snapshot == c.prev_running_xacts
+        });
+        let d = format!("xmin {} vs {}", p.xmin, s.xmin);
+        if both_from_record {
+            c.differences.push(d);
+        } else {
+            c.writer_dependent.push(d);
+        }
     }
     if p.next_phase_at != s.next_phase_at {
-        out.push(format!(
+        c.differences.push(format!(
             "next_phase_at {} vs {}",
             p.next_phase_at, s.next_phase_at
         ));
+    }
+    if predicted.catchange_xip != server.catchange_xip {
+        c.differences.push(format!(
+            "catchange {:?} vs {:?}",
+            predicted.catchange_xip, server.catchange_xip
+        ));
+    }
+    if p.xmax != s.xmax {
+        c.writer_dependent
+            .push(format!("xmax {} vs {}", p.xmax, s.xmax));
     }
     let sorted = |v: &[u32]| {
         let mut v = v.to_vec();
@@ -335,18 +385,12 @@ pub fn compare_with_server(predicted: &SnapBuildOnDisk, server: &SnapBuildOnDisk
         v
     };
     if sorted(&predicted.committed_xip) != sorted(&server.committed_xip) {
-        out.push(format!(
+        c.writer_dependent.push(format!(
             "committed {:?} vs {:?}",
             predicted.committed_xip, server.committed_xip
         ));
     }
-    if predicted.catchange_xip != server.catchange_xip {
-        out.push(format!(
-            "catchange {:?} vs {:?}",
-            predicted.catchange_xip, server.catchange_xip
-        ));
-    }
-    out
+    c
 }
 
 #[cfg(test)]
@@ -463,6 +507,6 @@ mod tests {
             .unwrap();
         let f = row.serialized.unwrap();
         assert_eq!(f.committed_xip, vec![600]);
-        assert!(compare_with_server(&f, &f).is_empty());
+        assert_eq!(compare_with_server(&f, &f, None), FileComparison::default());
     }
 }

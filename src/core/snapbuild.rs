@@ -420,6 +420,14 @@ impl DecodeVerdict {
     }
 }
 
+/// What the serialized xmin rests on: the last RUNNING_XACTS the builder processed, and
+/// whether its xmin was taken from a restored file since then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SerializeContext {
+    pub prev_running_xacts: Lsn,
+    pub xmin_from_restore: bool,
+}
+
 /// The outcome of one record, for the trace.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Step {
@@ -432,6 +440,8 @@ pub struct Step {
     pub restored_from: Option<Lsn>,
     /// The file SnapBuildSerialize would write here.
     pub serialized: Option<SnapBuildOnDisk>,
+    /// Where the serialized xmin came from (for judging it against another writer's file).
+    pub serialize_context: Option<SerializeContext>,
     /// For commit rows.
     pub commit: Option<CommitVerdict>,
     /// What SnapBuildProcessRunningXacts asks of the slot: LogicalIncreaseXminForSlot
@@ -474,6 +484,11 @@ pub struct SnapBuild {
     /// `builder->snapshot`: whether one is built, and the xmin it was built with
     /// (SnapBuildBuildSnapshot copies the builder's xmin at that moment).
     pub snapshot_xmin: Option<TransactionId>,
+    /// The LSN of the last RUNNING_XACTS record processed.
+    pub prev_running_xacts: Lsn,
+    /// The xmin came from a restored `.snap` since the last RUNNING_XACTS (branch b or
+    /// a serialization point), not from a record's oldestRunningXid.
+    pub xmin_from_restore: bool,
 }
 
 impl SnapBuild {
@@ -498,6 +513,8 @@ impl SnapBuild {
             initial_running_xacts: Vec::new(),
             reorder: ReorderModel::default(),
             snapshot_xmin: None,
+            prev_running_xacts: INVALID_LSN,
+            xmin_from_restore: false,
         }
     }
 
@@ -509,6 +526,7 @@ impl SnapBuild {
             wait_xids: Vec::new(),
             restored_from: None,
             serialized: None,
+            serialize_context: None,
             commit: None,
             candidate_xmin: None,
             candidate_restart: None,
@@ -557,10 +575,16 @@ impl SnapBuild {
                 format_args!(""),
             ));
             step.serialized = Some(file);
+            step.serialize_context = Some(self.serialize_context());
             self.xmin = running.oldest_running_xid;
+            self.xmin_from_restore = false;
             self.purge_older_txn();
             step
         };
+        if self.xmin == running.oldest_running_xid {
+            self.xmin_from_restore = false;
+        }
+        self.prev_running_xacts = lsn;
         if step.branch == Branch::Serialize {
             self.slot_candidates(lsn, running, &mut step);
         }
@@ -750,6 +774,7 @@ impl SnapBuild {
             self.committed_xip.clear();
         }
         self.catchange_xip = ondisk.catchange_xip.clone();
+        self.xmin_from_restore = true;
         self.snapshot_xmin = Some(self.xmin);
         self.reorder.current_restart_decoding_lsn = lsn;
         Ok(true)
@@ -776,8 +801,16 @@ impl SnapBuild {
             Ok(s)
         } else {
             let mut s = self.step(Branch::SerializationPointSerialize, before);
+            s.serialize_context = Some(self.serialize_context());
             s.serialized = Some(self.serialize(lsn));
             Ok(s)
+        }
+    }
+
+    fn serialize_context(&self) -> SerializeContext {
+        SerializeContext {
+            prev_running_xacts: self.prev_running_xacts,
+            xmin_from_restore: self.xmin_from_restore,
         }
     }
 

@@ -70,12 +70,18 @@ fn verdict(row: &TraceRow, slot: Option<&SlotCopy>, version: u32) -> Verdict {
     if let Some(pred) = &row.serialized {
         return match snapfiles::read_snapshot(row.lsn, version) {
             Ok(Some(file)) => {
-                let diffs = compare_with_server(pred, &file);
+                let cmp = compare_with_server(pred, &file, row.serialize_context);
+                let mut text: Vec<String> = cmp.differences.clone();
+                text.extend(
+                    cmp.writer_dependent
+                        .iter()
+                        .map(|d| format!("writer-dependent: {d}")),
+                );
                 Verdict {
                     server_state: Some(crate::sql::snapshot_files::state_name(file.builder.state)),
                     server_source: Some(snapfiles::path_for(row.lsn)),
-                    agrees: Some(diffs.is_empty()),
-                    disagreement: (!diffs.is_empty()).then(|| diffs.join("; ")),
+                    agrees: Some(cmp.agrees()),
+                    disagreement: (!text.is_empty()).then(|| text.join("; ")),
                 }
             }
             Ok(None) => Verdict::default(),

@@ -1,0 +1,1335 @@
+//! pg_snapbuild's verdicts against the real server's, with several real sessions.
+//!
+//! Every assertion compares our SQL functions with something the server produced: the
+//! LSN `pg_create_logical_replication_slot` returned (= confirmed_flush), the LOG/DETAIL
+//! lines the server wrote to `PGSNAP_LOG`, the RUNNING_XACTS records in its WAL
+//! (`pg_walinspect`), its slot catalog, the `.snap` files it wrote (read through
+//! `pg_logicalinspect` on 18), the xids it assigned and the xids `test_decoding` emitted.
+//!
+//! Needs the environment of `scripts/cluster.sh env MAJOR` (see pgrx-tests/README.md).
+//! Scenarios run one at a time (slot creation waits for every running transaction of the
+//! cluster); each uses its own slot and drops it, even on failure.
+//!
+//! Counts are printed on lines starting with `pgsnap-counts:` (run with --nocapture).
+
+use pg_snapbuild_tests::*;
+use postgres::Client;
+use std::collections::BTreeMap;
+use std::sync::MutexGuard;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(30);
+const CREATE_TIMEOUT: Duration = Duration::from_secs(90);
+
+fn start() -> Option<(MutexGuard<'static, ()>, Env, Client)> {
+    let g = serial();
+    let env = env()?;
+    let c = env.setup();
+    Some((g, env, c))
+}
+
+/// PGSNAP_VERBOSE=1 prints whole traces.
+fn verbose(what: &str, rows: &[TraceRow]) {
+    if std::env::var("PGSNAP_VERBOSE").as_deref() == Ok("1") {
+        println!("{what}:\n{}", dump(rows));
+    }
+}
+
+fn trace_ok(c: &mut Client, slot: &str) -> Vec<TraceRow> {
+    trace(c, slot).unwrap_or_else(|e| panic!("snapbuild_trace('{slot}') failed: {}", err_text(&e)))
+}
+
+/// snapbuild_slots() against pg_replication_slots, column by column (IS NOT DISTINCT
+/// FROM); returns the number of columns compared. All differing columns are reported
+/// with both values.
+fn check_slots_view(
+    env: &Env,
+    c: &mut Client,
+    slot: &str,
+    in_creation: bool,
+    fails: &mut Failures,
+) -> usize {
+    let mut cols: Vec<(&str, &str)> = vec![
+        ("plugin", "plugin"),
+        ("slot_type", "slot_type"),
+        ("datoid", "datoid"),
+        ("active_pid", "active_pid"),
+        ("xmin", "xmin"),
+        ("catalog_xmin", "catalog_xmin"),
+        ("restart_lsn", "restart_lsn"),
+        ("confirmed_flush", "confirmed_flush_lsn"),
+    ];
+    if env.major >= 17 {
+        cols.push(("two_phase_at", "two_phase_at"));
+        cols.push(("invalidation_reason", "invalidation_reason"));
+    }
+    let sql = format!(
+        "SELECT o.in_creation, {} FROM snapbuild_slots() o JOIN pg_replication_slots p USING (slot_name) \
+         WHERE slot_name = $1",
+        cols.iter()
+            .map(|(o, p)| format!("(o.{o} IS NOT DISTINCT FROM p.{p}) AS \"same_{o}\", o.{o} AS \"ours_{o}\", p.{p} AS \"server_{o}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let rows = json_rows(c, &sql, &[&slot])
+        .unwrap_or_else(|e| panic!("snapbuild_slots(): {}", err_text(&e)));
+    assert_eq!(
+        rows.len(),
+        1,
+        "snapbuild_slots() must list slot {slot} once"
+    );
+    let r = &rows[0];
+    assert_eq!(
+        jb(r, "in_creation"),
+        Some(in_creation),
+        "in_creation of {slot}: {}",
+        show(r)
+    );
+    let diffs: Vec<String> = cols
+        .iter()
+        .filter(|(o, _)| jb(r, &format!("same_{o}")) != Some(true))
+        .map(|(o, p)| {
+            format!(
+                "{o}: snapbuild_slots {:?} vs pg_replication_slots.{p} {:?}",
+                r.get(&format!("ours_{o}")),
+                r.get(&format!("server_{o}"))
+            )
+        })
+        .collect();
+    fails.check(diffs.is_empty(), || {
+        format!(
+            "snapbuild_slots() differs from pg_replication_slots for {slot} (in creation: {in_creation}):\n{}",
+            diffs.join("\n")
+        )
+    });
+    cols.len() - diffs.len()
+}
+
+fn msg_kind(e: &LogEntry) -> &'static str {
+    let m = &e.message;
+    if m.starts_with("logical decoding found initial starting point") {
+        "c-1"
+    } else if m.starts_with("logical decoding found initial consistent point") {
+        "c-2"
+    } else if m.starts_with("logical decoding found consistent point") {
+        match e.detail.as_deref() {
+            Some("There are no running transactions.") => "a",
+            Some("There are no old transactions anymore.") => "c-3",
+            Some("Logical decoding will begin using saved snapshot.") => "b",
+            _ => "?",
+        }
+    } else if m.starts_with("skipping snapshot") {
+        "xmin horizon too low"
+    } else {
+        "?"
+    }
+}
+
+fn kinds(msgs: &[(u64, LogEntry)]) -> Vec<&'static str> {
+    msgs.iter().map(|(_, e)| msg_kind(e)).collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. no running transaction → branch a, end_lsn = confirmed_flush
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn s1_no_running_transaction_branch_a() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let slot = "pgsnap_s1";
+    let guard = SlotGuard::new(&env, slot);
+    let mut attempt = 0;
+    let (ret, msgs) = loop {
+        attempt += 1;
+        let off = log_offset(&env);
+        let (pid, ret) = create_slot(&env, slot);
+        let msgs = builder_messages(&log_entries_since(&env, off), pid);
+        if kinds(&msgs) == ["a"] {
+            break (ret, msgs);
+        }
+        assert!(
+            attempt < 5,
+            "5 creations in a row met running transactions:\n{}",
+            dump_log(&msgs)
+        );
+        println!(
+            "s1: another transaction ran during creation (attempt {attempt}), retrying:\n{}",
+            dump_log(&msgs)
+        );
+        guard.drop_now();
+    };
+    let ss = server_slot(&mut c, slot);
+    assert_eq!(
+        ss.confirmed_flush,
+        Some(ret),
+        "server: function result vs confirmed_flush_lsn"
+    );
+    let flush = flush_lsn(&mut c);
+    let rows = trace_ok(&mut c, slot);
+    let st = check_trace_against_wal(&mut c, ss.restart_lsn, flush, &rows);
+    let first = &rows[0];
+    assert_eq!(
+        first.in_slot_creation,
+        Some(false),
+        "created slot replays outside creation:\n{}",
+        dump(&rows)
+    );
+    assert_eq!(
+        first.start_decoding_at,
+        Some(ret),
+        "REPLAY START start_decoding_at must be confirmed_flush:\n{}",
+        dump(&rows)
+    );
+    let cr = consistent_row(&rows)
+        .unwrap_or_else(|| panic!("trace never becomes consistent:\n{}", dump(&rows)));
+    assert_eq!(
+        cr.branch.as_deref(),
+        Some("a"),
+        "consistent row:\n{}",
+        dump(&rows)
+    );
+    assert_eq!(
+        cr.lsn,
+        Some(msgs[0].0),
+        "server found the consistent point at {}:\n{}",
+        fmt_lsn(msgs[0].0),
+        dump(&rows)
+    );
+    assert_eq!(
+        cr.end_lsn,
+        Some(ret),
+        "consistent row ends at {:?}, pg_create_logical_replication_slot returned {}",
+        cr.end_lsn.map(fmt_lsn),
+        fmt_lsn(ret)
+    );
+    compare_log_with_trace(&msgs, &rows, cr.lsn);
+    let mut fails = Failures::default();
+    let cols = check_slots_view(&env, &mut c, slot, false, &mut fails);
+    println!(
+        "pgsnap-counts: s1 PG{} trace rows {} running_xacts rows matched to WAL {} agrees t/f/null {}/{}/{} log lines matched {} slot columns equal {}",
+        env.major, st.rows, st.wal_records_matched, st.agrees_true, st.agrees_false, st.agrees_null, msgs.len(), cols
+    );
+    fails.finish("s1");
+}
+
+// ---------------------------------------------------------------------------------------
+// 2./3. open transactions ending in turn while creation waits: c-1, c-2, then a or c-3
+// ---------------------------------------------------------------------------------------
+
+fn waits_scenario(tag: &str, slot: &str, with_c3: bool) {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let _guard = SlotGuard::new(&env, slot);
+    let xa = OpenXact::begin(&env, "pgsnap-a");
+    let xb = OpenXact::begin(&env, "pgsnap-b");
+    let (a, b) = (xa.xid, xb.xid);
+    let off = log_offset(&env);
+    let cr = Creation::start(&env, slot, "test_decoding");
+    let pid = cr.pid;
+    wait_for(
+        "the creating backend to wait for a or b (c-1)",
+        WAIT,
+        || waits_for_xid(&mut c, pid, a) || waits_for_xid(&mut c, pid, b),
+    );
+    let mut stats = TraceStats::default();
+
+    // --- while the slot is in creation, after c-1
+    let msgs1 = builder_messages(&log_entries_since(&env, off), pid);
+    assert_eq!(
+        kinds(&msgs1).first(),
+        Some(&"c-1"),
+        "server log after c-1:\n{}",
+        dump_log(&msgs1)
+    );
+    let ss = server_slot(&mut c, slot);
+    assert_eq!(ss.active_pid, Some(pid));
+    assert_eq!(
+        ss.restart_lsn, msgs1[0].0,
+        "server: restart_lsn is the first RUNNING_XACTS"
+    );
+    let flush = flush_lsn(&mut c);
+    let rows = trace_ok(&mut c, slot);
+    stats += check_trace_against_wal(&mut c, ss.restart_lsn, flush, &rows);
+    assert_eq!(
+        rows[0].in_slot_creation,
+        Some(true),
+        "slot in creation:\n{}",
+        dump(&rows)
+    );
+    assert_eq!(
+        rows[0].initial_xmin_horizon,
+        ss.catalog_xmin,
+        "initial_xmin_horizon = catalog_xmin:\n{}",
+        dump(&rows)
+    );
+    compare_log_with_trace(&msgs1, &rows, None);
+    let c1 = rows
+        .iter()
+        .find(|r| r.branch_is("c-1"))
+        .unwrap_or_else(|| panic!("no c-1 row:\n{}", dump(&rows)));
+    let w = c1.wait_xids.clone().unwrap_or_default();
+    assert!(
+        w.contains(&a) && w.contains(&b),
+        "c-1 must wait for {a} and {b}:\n{}",
+        dump(&rows)
+    );
+    let last = rows
+        .iter()
+        .rev()
+        .find(|r| r.state.is_some() && r.record != "REPLAY START")
+        .unwrap();
+    assert_eq!(
+        last.state.as_deref(),
+        Some("building"),
+        "a and b are still open: the builder is BUILDING:\n{}",
+        dump(&rows)
+    );
+    let mut fails = Failures::default();
+    let mut cols = check_slots_view(&env, &mut c, slot, true, &mut fails);
+
+    // --- d begins after the first RUNNING_XACTS; a and b end; creation then waits for d
+    let xd = OpenXact::begin(&env, "pgsnap-d");
+    let d = xd.xid;
+    xa.commit();
+    xb.commit();
+    wait_for("the creating backend to wait for d (c-2)", WAIT, || {
+        waits_for_xid(&mut c, pid, d)
+    });
+
+    let msgs2 = builder_messages(&log_entries_since(&env, off), pid);
+    assert!(
+        kinds(&msgs2).contains(&"c-2"),
+        "server log after c-2:\n{}",
+        dump_log(&msgs2)
+    );
+    let flush = flush_lsn(&mut c);
+    let rows = trace_ok(&mut c, slot);
+    stats += check_trace_against_wal(&mut c, ss.restart_lsn, flush, &rows);
+    compare_log_with_trace(&msgs2, &rows, None);
+    let last = rows
+        .iter()
+        .rev()
+        .find(|r| r.state.is_some() && r.record != "REPLAY START")
+        .unwrap();
+    assert_eq!(
+        last.state.as_deref(),
+        Some("full"),
+        "d is still open: the builder is FULL:\n{}",
+        dump(&rows)
+    );
+
+    // --- e begins after FULL; d ends
+    let xe = if with_c3 {
+        Some(OpenXact::begin(&env, "pgsnap-e"))
+    } else {
+        None
+    };
+    let e = xe.as_ref().map(|x| x.xid);
+    xd.commit();
+    let ret = cr.wait(CREATE_TIMEOUT);
+    if let Some(x) = xe {
+        x.commit();
+    }
+
+    let msgs = builder_messages(&log_entries_since(&env, off), pid);
+    let k = kinds(&msgs);
+    assert_eq!(k.first(), Some(&"c-1"), "server log:\n{}", dump_log(&msgs));
+    assert_eq!(
+        k.iter().filter(|x| **x == "c-2").count(),
+        1,
+        "server log:\n{}",
+        dump_log(&msgs)
+    );
+    let final_kind = *k.last().unwrap();
+    if with_c3 {
+        assert_eq!(
+            final_kind,
+            "c-3",
+            "e was running: the server must take c-3:\n{}",
+            dump_log(&msgs)
+        );
+    } else {
+        assert!(
+            final_kind == "a" || final_kind == "c-3",
+            "server log:\n{}",
+            dump_log(&msgs)
+        );
+        if final_kind == "c-3" {
+            println!(
+                "{tag}: another transaction was running at the last record: the server took c-3"
+            );
+        }
+    }
+    let ss = server_slot(&mut c, slot);
+    assert_eq!(
+        ss.confirmed_flush,
+        Some(ret),
+        "server: function result vs confirmed_flush_lsn"
+    );
+
+    let flush = flush_lsn(&mut c);
+    let rows = trace_ok(&mut c, slot);
+    stats += check_trace_against_wal(&mut c, ss.restart_lsn, flush, &rows);
+    assert_eq!(
+        rows[0].in_slot_creation,
+        Some(false),
+        "created slot:\n{}",
+        dump(&rows)
+    );
+    assert_eq!(
+        rows[0].start_decoding_at,
+        Some(ret),
+        "REPLAY START start_decoding_at = confirmed_flush:\n{}",
+        dump(&rows)
+    );
+    let crow = consistent_row(&rows)
+        .unwrap_or_else(|| panic!("trace never becomes consistent:\n{}", dump(&rows)));
+    let (cons_lsn, _) = msgs.last().unwrap();
+    assert_eq!(
+        crow.lsn,
+        Some(*cons_lsn),
+        "server became consistent at {}:\n{}",
+        fmt_lsn(*cons_lsn),
+        dump(&rows)
+    );
+    assert_eq!(
+        crow.branch.as_deref(),
+        Some(final_kind),
+        "server's branch {final_kind}:\n{}",
+        dump(&rows)
+    );
+    assert_eq!(
+        crow.end_lsn,
+        Some(ret),
+        "consistent row ends at {:?}, pg_create_logical_replication_slot returned {}:\n{}",
+        crow.end_lsn.map(fmt_lsn),
+        fmt_lsn(ret),
+        dump(&rows)
+    );
+    compare_log_with_trace(&msgs, &rows, crow.lsn);
+    let rx: Vec<&TraceRow> = rows
+        .iter()
+        .filter(|r| r.is("RUNNING_XACTS") && r.lsn <= crow.lsn)
+        .collect();
+    for r in &rx {
+        let ok = ["c-1", "c-2", "c-3", "a", "fall-through"]
+            .iter()
+            .any(|b| r.branch_is(b));
+        assert!(
+            ok,
+            "unexpected branch before consistency: {}\n{}",
+            r.show(),
+            dump(&rows)
+        );
+    }
+    assert!(
+        rx[0].branch_is("c-1"),
+        "first record must take c-1:\n{}",
+        dump(&rows)
+    );
+    let c2: Vec<&&TraceRow> = rx.iter().filter(|r| r.branch_is("c-2")).collect();
+    assert_eq!(c2.len(), 1, "one c-2 row:\n{}", dump(&rows));
+    let run2 = c2[0].running_xids.clone().unwrap_or_default();
+    assert!(
+        run2.contains(&d) && !run2.contains(&a) && !run2.contains(&b),
+        "c-2 record runs d={d} only of ours:\n{}",
+        dump(&rows)
+    );
+    assert!(
+        c2[0].wait_xids.clone().unwrap_or_default().contains(&d),
+        "c-2 waits for d:\n{}",
+        dump(&rows)
+    );
+    if let Some(e) = e {
+        let run = crow.running_xids.clone().unwrap_or_default();
+        assert!(run.contains(&e), "c-3 record runs e={e}:\n{}", dump(&rows));
+        assert!(e >= c2[0].next_phase_at.unwrap(), "e began after FULL");
+    }
+    cols += check_slots_view(&env, &mut c, slot, false, &mut fails);
+    println!(
+        "pgsnap-counts: {tag} PG{} xids a={a} b={b} d={d} e={e:?} server branches {:?} trace rows {} running_xacts rows matched to WAL {} agrees t/f/null {}/{}/{} log lines matched {} slot columns equal {}",
+        env.major, k, stats.rows, stats.wal_records_matched, stats.agrees_true, stats.agrees_false, stats.agrees_null, msgs.len(), cols
+    );
+    fails.finish(tag);
+}
+
+#[test]
+fn s2_two_transactions_end_in_turn_c1_c2_a() {
+    waits_scenario("s2", "pgsnap_s2", false);
+}
+
+#[test]
+fn s3_transaction_begun_after_full_c3() {
+    waits_scenario("s3", "pgsnap_s3", true);
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. a transaction open across two RUNNING_XACTS → fall-through
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn s4_open_across_two_running_xacts_falls_through() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let slot = "pgsnap_s4";
+    let _guard = SlotGuard::new(&env, slot);
+    let xa = OpenXact::begin(&env, "pgsnap-a");
+    let a = xa.xid;
+    let off = log_offset(&env);
+    let cr = Creation::start(&env, slot, "test_decoding");
+    let pid = cr.pid;
+    wait_for("the creating backend to wait for a (c-1)", WAIT, || {
+        waits_for_xid(&mut c, pid, a)
+    });
+    let r2_end = env.log_standby_snapshot(&mut c);
+    let after_r2 = flush_lsn(&mut c).max(r2_end.unwrap_or(0));
+    xa.commit();
+    let ret = cr.wait(CREATE_TIMEOUT);
+    let msgs = builder_messages(&log_entries_since(&env, off), pid);
+    assert_eq!(
+        kinds(&msgs).first(),
+        Some(&"c-1"),
+        "server log:\n{}",
+        dump_log(&msgs)
+    );
+    let ss = server_slot(&mut c, slot);
+    let r1 = ss.restart_lsn;
+    // The record logged while a was open, as the server wrote it.
+    let wal = wal_running_xacts(&mut c, r1 + 1, after_r2 + 1);
+    let r2 = match r2_end {
+        Some(end) => wal
+            .iter()
+            .find(|w| w.end == end)
+            .unwrap_or_else(|| panic!("no RUNNING_XACTS ends at {}", fmt_lsn(end))),
+        None => wal
+            .iter()
+            .find(|w| w.xacts.contains(&a))
+            .expect("CHECKPOINT logged no RUNNING_XACTS with a running"),
+    }
+    .clone();
+    assert!(
+        r2.xacts.contains(&a),
+        "server: {} runs a={a}",
+        r2.description
+    );
+
+    let flush = flush_lsn(&mut c);
+    let rows = trace_ok(&mut c, slot);
+    let st = check_trace_against_wal(&mut c, r1, flush, &rows);
+    let crow =
+        consistent_row(&rows).unwrap_or_else(|| panic!("never consistent:\n{}", dump(&rows)));
+    assert_eq!(
+        crow.lsn,
+        Some(msgs.last().unwrap().0),
+        "server's consistent point:\n{}{}",
+        dump_log(&msgs),
+        dump(&rows)
+    );
+    assert_eq!(
+        crow.end_lsn,
+        Some(ret),
+        "consistent row end = confirmed_flush:\n{}",
+        dump(&rows)
+    );
+    compare_log_with_trace(&msgs, &rows, crow.lsn);
+    let row2 = rows
+        .iter()
+        .find(|r| r.is("RUNNING_XACTS") && r.lsn == Some(r2.start))
+        .unwrap_or_else(|| panic!("no row at {}:\n{}", fmt_lsn(r2.start), dump(&rows)));
+    assert_eq!(
+        row2.branch.as_deref(),
+        Some("fall-through"),
+        "record at {} ({}):\n{}",
+        fmt_lsn(r2.start),
+        r2.description,
+        dump(&rows)
+    );
+    assert_eq!(
+        row2.state_before.as_deref(),
+        Some("building"),
+        "{}",
+        row2.show()
+    );
+    assert_eq!(row2.state.as_deref(), Some("building"), "{}", row2.show());
+    assert!(
+        row2.level.as_deref() != Some("LOG"),
+        "the server logs nothing on fall-through: {}",
+        row2.show()
+    );
+    // after a fall-through the builder's xmin is the record's oldestRunningXid
+    assert_eq!(
+        row2.xmin,
+        Some(r2.oldest_running_xid),
+        "xmin after fall-through ({}): {}",
+        r2.description,
+        row2.show()
+    );
+    let falls = rows.iter().filter(|r| r.branch_is("fall-through")).count();
+    println!(
+        "pgsnap-counts: s4 PG{} a={a} fall-through at {} ({}) server branches {:?} fall-through rows {falls} trace rows {} running_xacts rows matched to WAL {} agrees t/f/null {}/{}/{}",
+        env.major, fmt_lsn(r2.start), r2.description, kinds(&msgs), st.rows, st.wal_records_matched, st.agrees_true, st.agrees_false, st.agrees_null
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. restart from a saved snapshot (branch b)
+// ---------------------------------------------------------------------------------------
+
+fn test_decoding_commits(c: &mut Client, sql: &str, slot: &str) -> Vec<u64> {
+    let re = regex::Regex::new(r"^COMMIT (\d+)").unwrap();
+    c.query(sql, &[&slot])
+        .unwrap()
+        .iter()
+        .filter_map(|r| {
+            re.captures(&r.get::<_, String>(0))
+                .map(|m| m[1].parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn s5_restart_from_saved_snapshot_branch_b() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let slot = "pgsnap_s5";
+    let tab = "pgsnap_s5_tab";
+    let _guard = SlotGuard::new(&env, slot);
+    c.batch_execute(&format!("DROP TABLE IF EXISTS {tab}"))
+        .unwrap();
+    let (_pid, ret) = create_slot(&env, slot);
+
+    // a catalog-modifying transaction and a few data ones, after consistency
+    c.batch_execute("BEGIN").unwrap();
+    c.batch_execute(&format!("CREATE TABLE {tab} (a int)"))
+        .unwrap();
+    let x_ddl: u64 = c
+        .query_one("SELECT pg_current_xact_id()::xid::text", &[])
+        .unwrap()
+        .get::<_, String>(0)
+        .parse()
+        .unwrap();
+    c.batch_execute("COMMIT").unwrap();
+    let mut x_ins = Vec::new();
+    for i in 0..3 {
+        c.batch_execute(&format!("BEGIN; INSERT INTO {tab} VALUES ({i})"))
+            .unwrap();
+        x_ins.push(
+            c.query_one("SELECT pg_current_xact_id()::xid::text", &[])
+                .unwrap()
+                .get::<_, String>(0)
+                .parse::<u64>()
+                .unwrap(),
+        );
+        c.batch_execute("COMMIT").unwrap();
+    }
+    let ss = server_slot(&mut c, slot);
+    let flush = flush_lsn(&mut c);
+    let rows = trace_ok(&mut c, slot);
+    let mut st = check_trace_against_wal(&mut c, ss.restart_lsn, flush, &rows);
+    let emitted = test_decoding_commits(
+        &mut c,
+        "SELECT data FROM pg_logical_slot_peek_changes($1, NULL, NULL)",
+        slot,
+    );
+    assert!(
+        emitted.contains(&x_ddl) && x_ins.iter().all(|x| emitted.contains(x)),
+        "test_decoding emitted {emitted:?}"
+    );
+    let commit_rows: Vec<&TraceRow> = rows.iter().filter(|r| r.is("COMMIT")).collect();
+    let ddl = commit_rows
+        .iter()
+        .find(|r| r.xid == Some(x_ddl))
+        .unwrap_or_else(|| {
+            panic!(
+                "the catalog-modifying commit {x_ddl} changes the builder, no COMMIT row:\n{}",
+                dump(&rows)
+            )
+        });
+    assert_eq!(ddl.state.as_deref(), Some("consistent"), "{}", ddl.show());
+    assert!(
+        ddl.xmax.unwrap() > x_ddl,
+        "xmax after committing catalog xid {x_ddl} must follow it: {}",
+        ddl.show()
+    );
+    for r in &commit_rows {
+        if r.lsn.unwrap() >= ret {
+            assert!(emitted.contains(&r.xid.unwrap()), "COMMIT row {} after confirmed_flush but test_decoding did not emit it ({emitted:?})", r.show());
+        }
+    }
+
+    // an open transaction with an xid but no WAL: RUNNING_XACTS list it, the reorder
+    // buffer does not know it, so restart_lsn moves to a serialized snapshot where a
+    // cannot apply
+    let xk = OpenXact::begin(&env, "pgsnap-k");
+    let mut found = None;
+    for _ in 0..10 {
+        env.log_standby_snapshot(&mut c);
+        c.batch_execute(&format!("INSERT INTO {tab} VALUES (100)"))
+            .unwrap();
+        c.query(
+            "SELECT count(*) FROM pg_logical_slot_get_changes($1, NULL, NULL)",
+            &[&slot],
+        )
+        .unwrap();
+        let ss = server_slot(&mut c, slot);
+        let files = server_snap_files(&mut c);
+        let w = wal_running_xacts_at(&mut c, ss.restart_lsn);
+        if files.contains_key(&snap_name(ss.restart_lsn))
+            && w.is_some_and(|w| w.xacts.contains(&xk.xid))
+        {
+            found = Some(ss);
+            break;
+        }
+    }
+    let ss = found.expect("restart_lsn never reached a serialized RUNNING_XACTS with k running");
+    let flush = flush_lsn(&mut c);
+    let rows = trace_ok(&mut c, slot);
+    verbose("s5 trace", &rows);
+    st += check_trace_against_wal(&mut c, ss.restart_lsn, flush, &rows);
+    let first_rx = rows
+        .iter()
+        .find(|r| r.is("RUNNING_XACTS"))
+        .unwrap_or_else(|| panic!("no RUNNING_XACTS row:\n{}", dump(&rows)));
+    assert_eq!(first_rx.lsn, Some(ss.restart_lsn), "{}", dump(&rows));
+    assert_eq!(
+        first_rx.branch.as_deref(),
+        Some("b"),
+        "a .snap exists at restart_lsn {} and k={} runs:\n{}",
+        fmt_lsn(ss.restart_lsn),
+        xk.xid,
+        dump(&rows)
+    );
+    assert_eq!(
+        rows[0].start_decoding_at,
+        ss.confirmed_flush,
+        "REPLAY START start_decoding_at:\n{}",
+        dump(&rows)
+    );
+
+    // the server restarting from there says the same
+    let off = log_offset(&env);
+    let mut c2 = env.connect("pgsnap-restart");
+    let pid2: i32 = c2.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    let _ = test_decoding_commits(
+        &mut c2,
+        "SELECT data FROM pg_logical_slot_peek_changes($1, NULL, NULL)",
+        slot,
+    );
+    let ents = log_entries_since(&env, off);
+    let start = ents
+        .iter()
+        .find(|e| {
+            e.pid == pid2 && e.message == format!("starting logical decoding for slot \"{slot}\"")
+        })
+        .unwrap_or_else(|| {
+            panic!("server log has no 'starting logical decoding' from {pid2}: {ents:?}")
+        });
+    assert_eq!(
+        start.detail.as_deref(),
+        Some(
+            format!(
+                "Streaming transactions committing after {}, reading WAL from {}.",
+                fmt_lsn(rows[0].start_decoding_at.unwrap()),
+                fmt_lsn(rows[0].lsn.unwrap_or(ss.restart_lsn))
+            )
+            .as_str()
+        ),
+        "REPLAY START vs the server's own start"
+    );
+    let msgs = builder_messages(&ents, pid2);
+    assert_eq!(
+        kinds(&msgs).first(),
+        Some(&"b"),
+        "server restart:\n{}",
+        dump_log(&msgs)
+    );
+    compare_log_with_trace(&msgs[..1], &rows, first_rx.lsn);
+
+    // k ends; two more RUNNING_XACTS (not consumed): at the first the builder's xmin moves
+    // from k to nextXid. A peek makes the server restart at restart_lsn (b) again and
+    // serialize them, so the trace has 'serialize' rows with a file the server wrote.
+    xk.commit();
+    for _ in 0..2 {
+        env.log_standby_snapshot(&mut c);
+        c.batch_execute(&format!("INSERT INTO {tab} VALUES (200)"))
+            .unwrap();
+    }
+    let flush = flush_lsn(&mut c);
+    let rows = trace_ok(&mut c, slot);
+    verbose("s5 trace after k ended", &rows);
+    st += check_trace_against_wal(&mut c, ss.restart_lsn, flush, &rows);
+    let _ = test_decoding_commits(
+        &mut c2,
+        "SELECT data FROM pg_logical_slot_peek_changes($1, NULL, NULL)",
+        slot,
+    );
+    // The server has now written the files of those records: trace again so each
+    // serialize row carries the server's verdict.
+    let rows = trace_ok(&mut c, slot);
+
+    // rows at LSNs where the server wrote or read a .snap file: same state/xmin/xmax
+    let files = server_snap_files(&mut c);
+    let mut compared = 0;
+    let mut mismatches = Vec::new();
+    for r in rows.iter().filter(|r| r.record != "REPLAY START") {
+        let Some(l) = r.lsn else { continue };
+        let name = snap_name(l);
+        if !files.contains_key(&name) {
+            continue;
+        }
+        let Some(claim) = r.file_claim() else {
+            continue;
+        };
+        if env.has_logicalinspect() {
+            let f = json_rows(
+                &mut c,
+                "SELECT state, xmin, xmax FROM pg_get_logical_snapshot_info($1)",
+                &[&name],
+            )
+            .unwrap();
+            let f = &f[0];
+            let want = (js(f, "state"), jxid(f, "xmin"), jxid(f, "xmax"));
+            let got = claim;
+            if r.branch_is("serialize") && r.agrees != Some(true) {
+                mismatches.push(format!(
+                    "{name}: serialize row has agrees {:?} ({:?})",
+                    r.agrees, r.disagreement
+                ));
+            }
+            if want != got {
+                mismatches.push(format!(
+                    "{name}: pg_logicalinspect state/xmin/xmax {want:?}, trace row {} {:?} has {got:?}",
+                    r.record, r.branch
+                ));
+            }
+        } else {
+            let f = json_rows(
+                &mut c,
+                "SELECT * FROM snapbuild_snapshot_info($1)",
+                &[&name],
+            )
+            .unwrap_or_else(|e| {
+                panic!(
+                    "snapbuild_snapshot_info({name}) of a server-written file: {}",
+                    err_text(&e)
+                )
+            });
+            assert_eq!(jb(&f[0], "checksum_ok"), Some(true), "{}", show(&f[0]));
+            assert_eq!(
+                js(&f[0], "state").as_deref(),
+                Some("consistent"),
+                "{}",
+                show(&f[0])
+            );
+            // no pg_logicalinspect on 15: the file as our decoder reads it
+            let f = &f[0];
+            let want = (js(f, "state"), jxid(f, "xmin"), jxid(f, "xmax"));
+            let got = claim;
+            if want != got {
+                mismatches.push(format!(
+                    "{name}: file (snapbuild_snapshot_info) state/xmin/xmax {want:?}, trace row {} {:?} has {got:?}",
+                    r.record, r.branch
+                ));
+            }
+        }
+        compared += 1;
+    }
+    assert!(
+        compared >= 2,
+        "no trace row at a .snap LSN ({files:?}):\n{}",
+        dump(&rows)
+    );
+    let mut fails = Failures::default();
+    fails.check(mismatches.is_empty(), || {
+        format!(
+            "trace rows differ from the .snap files the server wrote at their LSN:\n{}\n{}",
+            mismatches.join("\n"),
+            dump(&rows)
+        )
+    });
+    c.batch_execute(&format!("DROP TABLE IF EXISTS {tab}"))
+        .unwrap();
+    println!(
+        "pgsnap-counts: s5 PG{} ddl xid {x_ddl} insert xids {x_ins:?} restart_lsn {} branch b confirmed by server log; .snap files compared with trace rows {compared} trace rows {} running_xacts rows matched to WAL {} agrees t/f/null {}/{}/{}",
+        env.major, fmt_lsn(ss.restart_lsn), st.rows, st.wal_records_matched, st.agrees_true, st.agrees_false, st.agrees_null
+    );
+    fails.finish("s5");
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. corrupt copies of a real .snap file
+// ---------------------------------------------------------------------------------------
+
+/// Files written into the server's snapshot directory, removed at the end.
+struct PlantedFiles(Vec<std::path::PathBuf>);
+impl Drop for PlantedFiles {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn plant(env: &Env, planted: &mut PlantedFiles, name: &str, bytes: &[u8]) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = env.snapshots_dir();
+    let meta = std::fs::metadata(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let p = dir.join(name);
+    planted.0.push(p.clone());
+    std::fs::write(&p, bytes).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
+    std::os::unix::fs::chown(&p, Some(meta.uid()), Some(meta.gid())).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// A slot and a real .snap file's bytes (name, bytes).
+fn real_snap_file(env: &Env, c: &mut Client, slot: &str, tab: &str) -> (String, Vec<u8>) {
+    c.batch_execute(&format!("CREATE TABLE IF NOT EXISTS {tab} (a int)"))
+        .unwrap();
+    create_slot(env, slot);
+    c.batch_execute(&format!("CREATE TABLE IF NOT EXISTS {tab}_2 (a int)"))
+        .unwrap();
+    for _ in 0..5 {
+        let files = produce_snap_files(env, c, slot, tab);
+        let restart = server_slot(c, slot).restart_lsn;
+        // a file the slot still protects from removal
+        for (name, _) in files.iter().rev() {
+            if snap_lsn(name).is_some_and(|l| l >= restart) {
+                if let Ok(b) = std::fs::read(env.snapshots_dir().join(name)) {
+                    return (name.clone(), b);
+                }
+            }
+        }
+    }
+    panic!("could not read a .snap file the server wrote");
+}
+
+#[test]
+fn s6_corrupt_snap_files() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let slot = "pgsnap_s6";
+    let tab = "pgsnap_s6_tab";
+    let _guard = SlotGuard::new(&env, slot);
+    let (src, bytes) = real_snap_file(&env, &mut c, slot, tab);
+    assert!(bytes.len() >= 64, "{src} is {} bytes", bytes.len());
+    let u32le = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap());
+    let (magic, stored_crc, version) = (u32le(0), u32le(4), u32le(8));
+    let path = |n: &str| format!("pg_logical/snapshots/{n}");
+    let esc = |s: &str| regex::escape(s);
+
+    let mut planted = PlantedFiles(Vec::new());
+    // (name, bytes, expected message as a regex)
+    let mut cases: Vec<(String, Vec<u8>, String)> = Vec::new();
+    let n1 = "FFFFFFFF-1.snap".to_string();
+    cases.push((
+        n1.clone(),
+        bytes[..10].to_vec(),
+        format!(
+            r"^could not read file {}: read 10 of \d+$",
+            esc(&format!("\"{}\"", path(&n1)))
+        ),
+    ));
+    let n2 = "FFFFFFFF-2.snap".to_string();
+    let cut = bytes.len() - 4;
+    cases.push((
+        n2.clone(),
+        bytes[..cut].to_vec(),
+        format!(
+            r"^could not read file {}: read \d+ of \d+$",
+            esc(&format!("\"{}\"", path(&n2)))
+        ),
+    ));
+    let n3 = "FFFFFFFF-3.snap".to_string();
+    let mut flipped = bytes.clone();
+    flipped[16] ^= 0x01; // builder.state: checksummed, not used to size the reads
+    cases.push((
+        n3.clone(),
+        flipped,
+        format!(
+            r"^checksum mismatch for snapbuild state file {}: is \d+, should be {stored_crc}$",
+            esc(&format!("\"{}\"", path(&n3)))
+        ),
+    ));
+    let n4 = "FFFFFFFF-4.snap".to_string();
+    let mut bad_magic = bytes.clone();
+    bad_magic[0..4].copy_from_slice(&0xDEADBEEFu32.to_le_bytes());
+    cases.push((
+        n4.clone(),
+        bad_magic,
+        format!(
+            "^{}$",
+            esc(&format!(
+                "snapbuild state file \"{}\" has wrong magic number: {} instead of {magic}",
+                path(&n4),
+                0xDEADBEEFu32
+            ))
+        ),
+    ));
+    let n5 = "FFFFFFFF-5.snap".to_string();
+    let mut bad_version = bytes.clone();
+    bad_version[8..12].copy_from_slice(&99u32.to_le_bytes());
+    cases.push((
+        n5.clone(),
+        bad_version,
+        format!(
+            "^{}$",
+            esc(&format!(
+                "snapbuild state file \"{}\" has unsupported version: 99 instead of {version}",
+                path(&n5)
+            ))
+        ),
+    ));
+    for (n, b, _) in &cases {
+        plant(&env, &mut planted, n, b);
+    }
+    let good_copy = "FFFFFFFF-6.snap";
+    plant(&env, &mut planted, good_copy, &bytes);
+
+    // snapbuild_snapshot_info: XX001 with the server's texts
+    let mut fails = Failures::default();
+    let mut ours_vs_server = 0;
+    for (n, _, re) in &cases {
+        let e = c
+            .query("SELECT * FROM snapbuild_snapshot_info($1)", &[n])
+            .err()
+            .unwrap_or_else(|| panic!("snapbuild_snapshot_info('{n}') must fail"));
+        let (code, msg) = db_err(&e);
+        fails.check(code == "XX001", || {
+            format!("{n}: SQLSTATE {code}, expected XX001: {msg}")
+        });
+        fails.check(regex::Regex::new(re).unwrap().is_match(&msg), || {
+            format!("{n}: message {msg:?} does not match {re:?}")
+        });
+        if env.has_logicalinspect() {
+            for f in [
+                "pg_get_logical_snapshot_meta",
+                "pg_get_logical_snapshot_info",
+            ] {
+                let se = c
+                    .query(format!("SELECT * FROM {f}($1)").as_str(), &[n])
+                    .err()
+                    .unwrap_or_else(|| panic!("{f}('{n}') must fail"));
+                let theirs = db_err(&se);
+                let same = theirs == (code.clone(), msg.clone());
+                fails.check(same, || {
+                    format!(
+                        "{n}: pg_logicalinspect's {f} says {theirs:?}, ours {:?}",
+                        (&code, &msg)
+                    )
+                });
+                if same && f == "pg_get_logical_snapshot_meta" {
+                    ours_vs_server += 1;
+                }
+            }
+        }
+    }
+
+    // snapbuild_snapshot_files: every file the server lists, errors only on the corrupt ones
+    let server_before = server_snap_files(&mut c);
+    let listing = json_rows(
+        &mut c,
+        "SELECT name, size, error, checksum_ok FROM snapbuild_snapshot_files()",
+        &[],
+    )
+    .unwrap_or_else(|e| panic!("snapbuild_snapshot_files(): {}", err_text(&e)));
+    let server_after = server_snap_files(&mut c);
+    let ours: BTreeMap<String, (i64, Option<String>)> = listing
+        .iter()
+        .map(|r| {
+            (
+                js(r, "name").unwrap(),
+                (js(r, "size").unwrap().parse().unwrap(), js(r, "error")),
+            )
+        })
+        .collect();
+    // a timed checkpoint may remove old files meanwhile: ours must lie between the
+    // server's listings taken before and after it
+    for n in ours.keys() {
+        assert!(
+            server_before.contains_key(n),
+            "snapbuild_snapshot_files() lists {n}, pg_ls_logicalsnapdir() did not"
+        );
+    }
+    for (n, size) in &server_after {
+        let o = ours.get(n).unwrap_or_else(|| {
+            panic!("pg_ls_logicalsnapdir() lists {n}, snapbuild_snapshot_files() did not")
+        });
+        assert_eq!(o.0, *size, "{n}: size vs pg_ls_logicalsnapdir()");
+    }
+    for (n, _, re) in &cases {
+        let err = ours[n]
+            .1
+            .clone()
+            .unwrap_or_else(|| panic!("{n} is corrupt: error must be set"));
+        let re2 = regex::Regex::new(&re.replace(['^', '$'], "")).unwrap();
+        fails.check(re2.is_match(&err), || {
+            format!("{n}: listing error {err:?} vs {re:?}")
+        });
+    }
+    let good: Vec<&String> = ours
+        .keys()
+        .filter(|n| !cases.iter().any(|(c, _, _)| c == *n))
+        .collect();
+    for n in &good {
+        assert_eq!(
+            ours[*n].1, None,
+            "{n} was written by the server (or is its exact copy): no error expected"
+        );
+    }
+    let info = json_rows(
+        &mut c,
+        "SELECT checksum_ok, state FROM snapbuild_snapshot_info($1)",
+        &[&good_copy],
+    )
+    .unwrap();
+    assert_eq!(jb(&info[0], "checksum_ok"), Some(true));
+
+    // missing file and bad names
+    let missing = "FFFFFFFF-7.snap";
+    let e = c
+        .query("SELECT * FROM snapbuild_snapshot_info($1)", &[&missing])
+        .expect_err("missing file must fail");
+    let (code, msg) = db_err(&e);
+    let want = format!(
+        "could not open file \"{}\": No such file or directory",
+        path(missing)
+    );
+    fails.check(code == "58P01" && msg == want, || {
+        format!(
+            "missing file: ours {:?}, expected {:?}",
+            (&code, &msg),
+            ("58P01", &want)
+        )
+    });
+    if env.has_logicalinspect() {
+        let se = c
+            .query(
+                "SELECT * FROM pg_get_logical_snapshot_meta($1)",
+                &[&missing],
+            )
+            .err()
+            .unwrap();
+        let theirs = db_err(&se);
+        fails.check(theirs == (code.clone(), msg.clone()), || {
+            format!(
+                "missing file: pg_logicalinspect says {theirs:?}, ours {:?}",
+                (&code, &msg)
+            )
+        });
+    }
+    let mut bad_names = 0;
+    for bad in [
+        "foo",
+        "../0-1.snap",
+        "0-1.snap.123.tmp",
+        "0-1",
+        "/tmp/0-1.snap",
+        "G-1.snap",
+        "",
+    ] {
+        let e = c
+            .query("SELECT * FROM snapbuild_snapshot_info($1)", &[&bad])
+            .err()
+            .unwrap_or_else(|| panic!("bad name {bad:?} must fail"));
+        let (code, msg) = db_err(&e);
+        fails.check(code == "22023", || {
+            format!("bad name {bad:?}: SQLSTATE {code}, expected 22023: {msg}")
+        });
+        if env.has_logicalinspect() {
+            // pg_logicalinspect raises XX000 here; its text is the reference
+            let se = c
+                .query("SELECT * FROM pg_get_logical_snapshot_meta($1)", &[&bad])
+                .err()
+                .unwrap();
+            let theirs = db_err(&se).1;
+            fails.check(theirs == msg, || {
+                format!("bad name {bad:?}: pg_logicalinspect says {theirs:?}, ours {msg:?}")
+            });
+        }
+        bad_names += 1;
+    }
+    drop(planted);
+    c.batch_execute(&format!("DROP TABLE IF EXISTS {tab}, {tab}_2"))
+        .unwrap();
+    println!(
+        "pgsnap-counts: s6 PG{} source {src} ({} bytes) corrupt files {} errors identical to pg_logicalinspect {} listed files {} good files without error {} bad names {bad_names}",
+        env.major,
+        bytes.len(),
+        cases.len(),
+        ours_vs_server,
+        ours.len(),
+        good.len()
+    );
+    fails.finish("s6");
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. every .snap file: snapbuild_snapshot_info vs pg_logicalinspect, column by column
+// ---------------------------------------------------------------------------------------
+
+const INFO_COLS: &[&str] = &[
+    "state",
+    "xmin",
+    "xmax",
+    "start_decoding_at",
+    "two_phase_at",
+    "initial_xmin_horizon",
+    "building_full_snapshot",
+    "in_slot_creation",
+    "last_serialized_snapshot",
+    "next_phase_at",
+    "committed_count",
+    "committed_xip",
+    "catchange_count",
+    "catchange_xip",
+];
+const META_COLS: &[&str] = &["magic", "checksum", "version"];
+
+#[test]
+fn s7_snapshot_info_matches_server() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let slot = "pgsnap_s7";
+    let tab = "pgsnap_s7_tab";
+    let _guard = SlotGuard::new(&env, slot);
+    c.batch_execute(&format!("DROP TABLE IF EXISTS {tab}, {tab}_k, {tab}_c"))
+        .unwrap();
+    c.batch_execute(&format!("CREATE TABLE {tab} (a int)"))
+        .unwrap();
+    create_slot(&env, slot);
+    // files with both arrays in use: k holds an uncommitted catalog change (catchange),
+    // a committed DDL after it stays above xmin (committed)
+    let mut xk = OpenXact::begin(&env, "pgsnap-k");
+    xk.exec(&format!("CREATE TABLE {tab}_k (a int)"));
+    c.batch_execute(&format!("CREATE TABLE {tab}_c (a int)"))
+        .unwrap();
+    produce_snap_files(&env, &mut c, slot, tab);
+    produce_snap_files(&env, &mut c, slot, tab);
+    xk.commit();
+    produce_snap_files(&env, &mut c, slot, tab);
+
+    let files = server_snap_files(&mut c);
+    let (mut n_files, mut n_cols, mut with_committed, mut with_catchange) = (0, 0, 0, 0);
+    let mut diffs = Vec::new();
+    for name in files.keys() {
+        let ours = match json_rows(&mut c, "SELECT * FROM snapbuild_snapshot_info($1)", &[name]) {
+            Ok(r) => r.into_iter().next().unwrap(),
+            Err(e) if db_err(&e).0 == "58P01" => continue, // removed by a checkpoint meanwhile
+            Err(e) => panic!(
+                "snapbuild_snapshot_info({name}) of a server-written file: {}",
+                err_text(&e)
+            ),
+        };
+        assert_eq!(
+            jb(&ours, "checksum_ok"),
+            Some(true),
+            "{name}: {}",
+            show(&ours)
+        );
+        if env.has_logicalinspect() {
+            let sql = format!(
+                "SELECT {} FROM pg_get_logical_snapshot_info($1) i, pg_get_logical_snapshot_meta($1) m",
+                INFO_COLS.iter().map(|c| format!("i.{c}")).chain(META_COLS.iter().map(|c| format!("m.{c}"))).collect::<Vec<_>>().join(", ")
+            );
+            let theirs = match json_rows(&mut c, &sql, &[name]) {
+                Ok(r) => r.into_iter().next().unwrap(),
+                Err(e) if db_err(&e).0 == "58P01" => continue,
+                Err(e) => panic!("pg_logicalinspect({name}): {}", err_text(&e)),
+            };
+            // also in SQL, IS NOT DISTINCT FROM on each column
+            let sqlcmp = format!(
+                "SELECT {} FROM snapbuild_snapshot_info($1) o, pg_get_logical_snapshot_info($1) i, pg_get_logical_snapshot_meta($1) m",
+                INFO_COLS
+                    .iter()
+                    .map(|c| format!("(o.{c} IS NOT DISTINCT FROM i.{c}) AS {c}"))
+                    .chain(META_COLS.iter().map(|c| format!("(o.{c} IS NOT DISTINCT FROM m.{c}) AS {c}")))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            let same = json_rows(&mut c, &sqlcmp, &[name])
+                .unwrap()
+                .into_iter()
+                .next()
+                .unwrap();
+            for col in INFO_COLS.iter().chain(META_COLS) {
+                if jb(&same, col) == Some(true) {
+                    n_cols += 1;
+                } else {
+                    diffs.push(format!(
+                        "{name}.{col}: ours {:?} server {:?}",
+                        ours.get(*col),
+                        theirs.get(*col)
+                    ));
+                }
+            }
+            if js(&theirs, "committed_count").is_some_and(|n| n != "0") {
+                with_committed += 1;
+            }
+            if js(&theirs, "catchange_count").is_some_and(|n| n != "0") {
+                with_catchange += 1;
+            }
+        } else {
+            // 15: no pg_logicalinspect. Header fields must be the file's own bytes, the
+            // size must be the version-4 layout (128 bytes + 4 per committed xid).
+            let bytes = match std::fs::read(env.snapshots_dir().join(name)) {
+                Ok(b) => b,
+                Err(_) => continue,
+            };
+            let u32le = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap()) as u64;
+            for (col, want) in [
+                ("magic", u32le(0)),
+                ("checksum", u32le(4)),
+                ("version", u32le(8)),
+            ] {
+                let got: u64 = js(&ours, col).unwrap().parse::<i64>().unwrap() as u32 as u64;
+                if got == want {
+                    n_cols += 1;
+                } else {
+                    diffs.push(format!("{name}.{col}: ours {got} file bytes {want}"));
+                }
+            }
+            let cc: usize = js(&ours, "committed_count").unwrap().parse().unwrap();
+            if bytes.len() == 128 + 4 * cc {
+                n_cols += 1;
+            } else {
+                diffs.push(format!(
+                    "{name}: {} bytes but committed_count {cc}",
+                    bytes.len()
+                ));
+            }
+            if cc > 0 {
+                with_committed += 1;
+            }
+        }
+        n_files += 1;
+    }
+    c.batch_execute(&format!("DROP TABLE IF EXISTS {tab}, {tab}_k, {tab}_c"))
+        .unwrap();
+    assert!(n_files >= 1, "no .snap file to compare");
+    assert!(
+        diffs.is_empty(),
+        "snapbuild_snapshot_info vs the server:\n{}",
+        diffs.join("\n")
+    );
+    assert!(
+        with_committed >= 1,
+        "no file with committed xids: the arrays were not exercised"
+    );
+    if env.has_logicalinspect() {
+        assert!(
+            with_catchange >= 1,
+            "no file with catalog-changing running xids: catchange not exercised"
+        );
+    }
+    println!(
+        "pgsnap-counts: s7 PG{} files compared {n_files} columns agreeing {n_cols} files with committed xids {with_committed} with catchange xids {with_catchange}",
+        env.major
+    );
+}
