@@ -122,59 +122,104 @@ fn verdict(row: &TraceRow, slot: Option<&SlotCopy>, version: u32) -> Verdict {
     Verdict::default()
 }
 
-/// Runs the replay described by `input` over local WAL.
+/// The replay described by a [`TraceInput`], run lazily over local WAL: each `next()`
+/// reads records until one yields a row, so a trace holds the builder's state and one
+/// record at a time, never the WAL it has passed (the set-returning functions stream it
+/// row by row).
+pub struct TraceIter {
+    input: TraceInput,
+    version: u32,
+    replay: Replay,
+    reader: WalReader,
+    /// The memory context the reader was allocated in (the SRF's multi-call context):
+    /// every read runs in it, since the per-call context is reset between rows.
+    mcx: pg_sys::MemoryContext,
+    start_row: Option<Traced>,
+    done: bool,
+}
+
+/// Starts the replay described by `input`.
 ///
 /// Errors: `undefined_file` when WAL at the start has been removed; WAL read errors as
 /// the server raises them. A broken `.snap` file met on branch b ends the replay with an
 /// `ERROR` row (the server would fail there too).
-pub fn run_trace(input: &TraceInput) -> Vec<Traced> {
+pub fn run_trace(input: TraceInput) -> TraceIter {
     let p = &input.params;
     let version = p.major.snapbuild_version();
     check_wal_available(input.start);
-    let mut out = Vec::new();
     let mut start_row = Replay::new(p, input.slot_db).builder_row_at(input.start);
     start_row.record = "REPLAY START".into();
     start_row.message = Some(input.label.clone());
     start_row.interesting = true;
-    out.push(Traced {
-        row: start_row,
-        verdict: Verdict::default(),
-    });
-    let mut replay = Replay::new(p, input.slot_db);
+    let replay = Replay::new(p, input.slot_db);
     let mut reader = WalReader::open(input.start);
     reader.with_names = input.all_records;
-    let mut restore = |lsn: Lsn| -> RestoreResult {
-        match snapfiles::read_snapshot(lsn, version) {
-            Ok(f) => Ok(f),
-            Err(SnapFileError::Corrupt { err, .. }) => Err(err),
-            Err(e) => e.raise(),
-        }
-    };
-    while let Some(rec) = reader.next_record() {
-        if input.end.is_some_and(|end| rec.head.end_lsn > end) {
-            break;
-        }
-        match replay.feed(&rec.head, &rec.payload, &mut restore) {
-            Ok(row) => {
-                if row.interesting || input.all_records {
-                    let verdict = verdict(&row, input.slot.as_ref(), version);
-                    out.push(Traced { row, verdict });
-                }
+    TraceIter {
+        version,
+        replay,
+        reader,
+        mcx: unsafe { pg_sys::CurrentMemoryContext },
+        start_row: Some(Traced {
+            row: start_row,
+            verdict: Verdict::default(),
+        }),
+        done: false,
+        input,
+    }
+}
+
+impl TraceIter {
+    fn step(&mut self) -> Option<Traced> {
+        let version = self.version;
+        let mut restore = |lsn: Lsn| -> RestoreResult {
+            match snapfiles::read_snapshot(lsn, version) {
+                Ok(f) => Ok(f),
+                Err(SnapFileError::Corrupt { err, .. }) => Err(err),
+                Err(e) => e.raise(),
             }
-            Err(e) => {
-                let mut row = e.row;
-                row.level = Some("ERROR");
-                row.message = Some(e.error.message(&snapfiles::path_for(row.lsn)));
-                row.detail = None;
-                out.push(Traced {
-                    row,
-                    verdict: Verdict::default(),
-                });
+        };
+        while let Some(rec) = self.reader.next_record() {
+            if self.input.end.is_some_and(|end| rec.head.end_lsn > end) {
                 break;
             }
+            match self.replay.feed(&rec.head, &rec.payload, &mut restore) {
+                Ok(row) => {
+                    if row.interesting || self.input.all_records {
+                        let verdict = verdict(&row, self.input.slot.as_ref(), version);
+                        return Some(Traced { row, verdict });
+                    }
+                }
+                Err(e) => {
+                    let mut row = e.row;
+                    row.level = Some("ERROR");
+                    row.message = Some(e.error.message(&snapfiles::path_for(row.lsn)));
+                    row.detail = None;
+                    self.done = true;
+                    return Some(Traced {
+                        row,
+                        verdict: Verdict::default(),
+                    });
+                }
+            }
         }
+        self.done = true;
+        None
     }
-    out
+}
+
+impl Iterator for TraceIter {
+    type Item = Traced;
+
+    fn next(&mut self) -> Option<Traced> {
+        if let Some(r) = self.start_row.take() {
+            return Some(r);
+        }
+        if self.done {
+            return None;
+        }
+        let mcx = self.mcx;
+        unsafe { pgrx::PgMemoryContexts::For(mcx).switch_to(|_| self.step()) }
+    }
 }
 
 /// ERROR `undefined_file` naming `start` if its WAL segment was already removed.
@@ -314,18 +359,15 @@ type Columns = (
     Option<Vec<Xid>>,
 );
 
-fn to_table(rows: Vec<Traced>, p: &BuilderParams) -> TableIterator<'static, Columns> {
-    let v: Vec<_> = rows
-        .iter()
-        .map(|t| {
-            let (a, b, c, d, e, f, g) = flatten(t, p);
-            (
-                a.0, a.1, a.2, a.3, a.4, a.5, a.6, b.0, b.1, b.2, b.3, b.4, b.5, c.0, c.1, c.2,
-                d.0, d.1, d.2, d.3, d.4, e.0, e.1, f.0, f.1, f.2, f.3, g.0, g.1, g.2, g.3,
-            )
-        })
-        .collect();
-    TableIterator::new(v)
+fn to_table(rows: TraceIter) -> TableIterator<'static, Columns> {
+    let p = rows.input.params.clone();
+    TableIterator::new(rows.map(move |t| {
+        let (a, b, c, d, e, f, g) = flatten(&t, &p);
+        (
+            a.0, a.1, a.2, a.3, a.4, a.5, a.6, b.0, b.1, b.2, b.3, b.4, b.5, c.0, c.1, c.2, d.0,
+            d.1, d.2, d.3, d.4, e.0, e.1, f.0, f.1, f.2, f.3, g.0, g.1, g.2, g.3,
+        )
+    }))
 }
 
 fn slot_input(slot_name: &str, all_records: bool) -> TraceInput {
@@ -425,15 +467,13 @@ fn snapbuild_trace(
         name!(serialized_catchange_xip, Option<Vec<Xid>>),
     ),
 > {
-    let input = slot_input(&slot_name.0, all_records);
-    to_table(run_trace(&input), &input.params)
+    to_table(run_trace(slot_input(&slot_name.0, all_records)))
 }
 
 /// The same replay as `snapbuild_trace`, as one JSON array (serde_json) for tools.
 #[pg_extern(strict)]
 fn snapbuild_trace_json(slot_name: PgName, all_records: default!(bool, false)) -> pgrx::Json {
-    let input = slot_input(&slot_name.0, all_records);
-    let rows = run_trace(&input);
+    let rows: Vec<Traced> = run_trace(slot_input(&slot_name.0, all_records)).collect();
     pgrx::Json(serde_json::to_value(&rows).unwrap_or_else(|e| {
         raise(
             PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
@@ -516,5 +556,5 @@ fn snapbuild_trace_range(
         slot: None,
         all_records,
     };
-    to_table(run_trace(&input), &input.params)
+    to_table(run_trace(input))
 }

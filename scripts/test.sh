@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# README command 2: every test, on PostgreSQL 18 and 15.
+#   setup.sh; cargo test -p snapbuild-core; then per major: cargo pgrx test, pg_regress against a
+#   throw-away cluster (scripts/cluster.sh), the multi-session tests (pgrx-tests/), cluster stop.
+# Prints one summary line per stage; exits non-zero if any stage failed.
+# PGSNAP_MAJORS="18" limits the majors (default "18 15"). Test stages have time limits (below) so a
+# hung test cannot eat a CI budget: setup from nothing ~15 min + 2 x (15 + 5 + 15) min < 90 min.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+W=$ROOT/.work
+MAJORS=${PGSNAP_MAJORS:-18 15}
+LIMIT=900 REGRESS_LIMIT=300   # seconds
+cd "$ROOT" || exit 1
+[ -d "$HOME/.cargo/bin" ] && PATH=$HOME/.cargo/bin:$PATH
+T0=$SECONDS
+summary=() failed=0
+
+# stage NAME CMD...: run, record PASS / FAIL / SKIP (exit code 77) with its duration
+stage() {
+    local name=$1 start=$SECONDS rc; shift
+    printf '\n######## %s\n' "$name"
+    "$@"; rc=$?
+    case $rc in
+        0) summary+=("PASS  $name ($((SECONDS - start))s)") ;;
+        77) summary+=("SKIP  $name") ;;
+        124) summary+=("FAIL  $name (timed out after $((SECONDS - start))s)"); failed=1 ;;
+        *) summary+=("FAIL  $name ($((SECONDS - start))s, exit $rc)"); failed=1 ;;
+    esac
+    return $rc
+}
+finish() {
+    for m in $MAJORS; do "$ROOT/scripts/cluster.sh" stop "$m" >/dev/null 2>&1; done
+    printf '\n######## summary (%ss)\n' "$((SECONDS - T0))"
+    printf '%s\n' "${summary[@]}"
+    exit $failed
+}
+trap finish EXIT
+
+pgrx_test() ( # MAJOR: #[pg_test] functions in a server pgrx starts itself, as user postgres
+    d=$W/pgrx-test-$1
+    stop_leftovers() { # servers of a killed earlier run (pgrx stops and removes its own otherwise)
+        for pidfile in "$d"/*/postmaster.pid; do
+            [ -e "$pidfile" ] && sudo -n -u postgres "$ROOT/.pg/$1/bin/pg_ctl" stop -m immediate \
+                -D "${pidfile%/postmaster.pid}" >/dev/null 2>&1
+        done
+    }
+    stop_leftovers "$1"; rm -rf "$d"
+    mkdir -p "$d" && chown postgres: "$d" || exit 1
+    timeout -k 30 "$LIMIT" cargo pgrx test "pg$1" --runas postgres --pgdata "$d"; rc=$?
+    stop_leftovers "$1"
+    exit $rc
+)
+
+start_cluster() ( # MAJOR: `cargo pgrx test` installed a test build: put the normal one back, start
+    cargo pgrx install --pg-config "$ROOT/.pg/$1/bin/pg_config" --no-default-features --features "pg$1" \
+        >"$W/logs/install-$1.log" 2>&1 || { tail -n 40 "$W/logs/install-$1.log"; exit 1; }
+    "$ROOT/scripts/cluster.sh" start "$1"
+)
+
+regress() ( # MAJOR: pg_regress over pgrx-tests/regress, against the running cluster
+    major=$1 dir=$ROOT/pgrx-tests/regress out=$W/regress-$1
+    eval "$("$ROOT/scripts/cluster.sh" env "$major")"
+    tests=()
+    if [ -f "$dir/schedule-$major" ]; then
+        read -r -a tests <<<"$(sed -e 's/#.*//' -e 's/^ *test://' "$dir/schedule-$major" | tr '\n' ' ')"
+    else
+        for f in "$dir"/sql/*.sql; do [ -e "$f" ] && tests+=("$(basename "$f" .sql)"); done
+    fi
+    [ ${#tests[@]} -gt 0 ] || { echo "no tests in pgrx-tests/regress/sql yet: skipped"; exit 77; }
+    PGOPTIONS="-c client_min_messages=warning" dropdb --if-exists snapbuild_regress && createdb snapbuild_regress || exit 1
+    rm -rf "$out"; mkdir -p "$out"
+    timeout -k 10 "$REGRESS_LIMIT" "$ROOT/.pg/$major/lib/pgxs/src/test/regress/pg_regress" --use-existing --bindir="$ROOT/.pg/$major/bin" \
+        --host=127.0.0.1 --port="$PGPORT" --user=postgres --dbname=snapbuild_regress \
+        --inputdir="$dir" --outputdir="$out" "${tests[@]}" && exit 0
+    [ -f "$out/regression.diffs" ] && head -n 300 "$out/regression.diffs"
+    exit 1
+)
+
+multi_session() ( # MAJOR: pgrx-tests/ (pg_snapbuild_tests) with the cluster's environment
+    eval "$("$ROOT/scripts/cluster.sh" env "$1")"
+    timeout -k 30 "$LIMIT" cargo test -p pg_snapbuild_tests -- --test-threads=1
+)
+
+stage "setup" "$ROOT/scripts/setup.sh" || exit
+stage "core: cargo test -p snapbuild-core" cargo test -p snapbuild-core
+for m in $MAJORS; do
+    stage "pg$m: cargo pgrx test" pgrx_test "$m"
+    if stage "pg$m: reinstall + start cluster" start_cluster "$m"; then
+        stage "pg$m: pg_regress" regress "$m"
+        stage "pg$m: multi-session tests" multi_session "$m"
+        stage "pg$m: stop cluster" "$ROOT/scripts/cluster.sh" stop "$m"
+    else
+        summary+=("SKIP  pg$m: pg_regress, multi-session tests (no cluster)")
+    fi
+done
