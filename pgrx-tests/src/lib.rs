@@ -136,8 +136,10 @@ impl Env {
             );
             let wl: String = c.query_one("SHOW wal_level", &[]).unwrap().get(0);
             assert_eq!(wl, "logical", "the server must run with wal_level=logical");
-            c.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
-                .unwrap();
+            if self.major >= 15 {
+                c.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+                    .unwrap();
+            }
             if self.has_logicalinspect() {
                 c.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_logicalinspect")
                     .unwrap();
@@ -683,26 +685,36 @@ fn parse_running_desc(d: &str) -> (u64, u64, u64, Vec<u64>, Vec<u64>, bool) {
 }
 
 /// RUNNING_XACTS records starting at or after `from` and ending at or before `to`
-/// (clamped to the flushed WAL: PG 15's pg_walinspect refuses a later end).
+/// (clamped to the flushed WAL: PG 15's pg_walinspect refuses a later end). Read with
+/// contrib pg_walinspect (15+) or, on 14, the server's pg_waldump over the data directory.
 pub fn wal_running_xacts(c: &mut Client, from: u64, to: u64) -> Vec<WalRunningXacts> {
     let to = to.min(flush_lsn(c));
     if to <= from {
         return Vec::new();
     }
-    let rows = c
-        .query(
+    let major: u32 = std::env::var("PGSNAP_MAJOR")
+        .ok()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(18);
+    let recs: Vec<(u64, u64, String)> = if major >= 15 {
+        c.query(
             "SELECT start_lsn::text, end_lsn::text, description FROM pg_get_wal_records_info($1::text::pg_lsn, $2::text::pg_lsn) \
              WHERE resource_manager = 'Standby' AND record_type = 'RUNNING_XACTS' ORDER BY start_lsn",
             &[&fmt_lsn(from), &fmt_lsn(to)],
         )
-        .unwrap_or_else(|e| panic!("pg_get_wal_records_info({}, {}): {}", fmt_lsn(from), fmt_lsn(to), err_text(&e)));
-    rows.iter()
-        .map(|r| {
-            let d: String = r.get(2);
+        .unwrap_or_else(|e| panic!("pg_get_wal_records_info({}, {}): {}", fmt_lsn(from), fmt_lsn(to), err_text(&e)))
+        .iter()
+        .map(|r| (parse_lsn(&r.get::<_, String>(0)), parse_lsn(&r.get::<_, String>(1)), r.get::<_, String>(2)))
+        .collect()
+    } else {
+        waldump_running_xacts(from, to)
+    };
+    recs.into_iter()
+        .map(|(start, end, d)| {
             let (n, l, o, x, s, ov) = parse_running_desc(&d);
             WalRunningXacts {
-                start: parse_lsn(&r.get::<_, String>(0)),
-                end: parse_lsn(&r.get::<_, String>(1)),
+                start,
+                end,
                 next_xid: n,
                 latest_completed_xid: l,
                 oldest_running_xid: o,
@@ -711,6 +723,49 @@ pub fn wal_running_xacts(c: &mut Client, from: u64, to: u64) -> Vec<WalRunningXa
                 overflowed: ov,
                 description: d,
             }
+        })
+        .collect()
+}
+
+/// 14 has no pg_walinspect: run pg_waldump (from the server's bin directory, on PATH)
+/// over `$PGSNAP_PGDATA/pg_wal`. pg_waldump prints a record's start and total length;
+/// its end is that length laid over the 8 kB pages, past each page header it crosses
+/// (24 bytes, 40 at a segment start).
+fn waldump_running_xacts(from: u64, to: u64) -> Vec<(u64, u64, String)> {
+    let pgdata = std::env::var("PGSNAP_PGDATA").expect("PGSNAP_PGDATA");
+    let out = std::process::Command::new("pg_waldump")
+        .arg(format!("--path={pgdata}/pg_wal"))
+        .arg(format!("--start={}", fmt_lsn(from)))
+        .arg(format!("--end={}", fmt_lsn(to)))
+        .arg("--rmgr=Standby")
+        .output()
+        .expect("run pg_waldump (is the server's bin directory on PATH?)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    static RE: OnceLock<Regex> = OnceLock::new();
+    let re = RE.get_or_init(|| {
+        Regex::new(r"len \(rec/tot\):\s*\d+/\s*(\d+), tx:\s*\d+, lsn: ([0-9A-F]+/[0-9A-F]+), prev [0-9A-F/]+, desc: RUNNING_XACTS (.*)$").unwrap()
+    });
+    const PAGE: u64 = 8192;
+    const SEG: u64 = 16 * 1024 * 1024;
+    text.lines()
+        .filter_map(|l| re.captures(l))
+        .map(|m| {
+            let start = parse_lsn(&m[2]);
+            let mut remaining: u64 = m[1].parse().unwrap();
+            let mut pos = start;
+            while remaining > 0 {
+                let avail = PAGE - pos % PAGE;
+                if avail >= remaining {
+                    pos += remaining;
+                    remaining = 0;
+                } else {
+                    pos += avail;
+                    remaining -= avail;
+                    pos += if pos % SEG == 0 { 40 } else { 24 };
+                }
+            }
+            // The reader's EndRecPtr is MAXALIGNed.
+            (start, pos.div_ceil(8) * 8, m[3].trim().to_owned())
         })
         .collect()
 }
@@ -727,9 +782,10 @@ pub fn wal_running_xacts_at(c: &mut Client, lsn: u64) -> Option<WalRunningXacts>
 // .snap files the server wrote
 // ---------------------------------------------------------------------------------------
 
-/// `pg_ls_logicalsnapdir()`: name → size.
+/// The files in the server's `pg_logical/snapshots` (as pg_ls_logicalsnapdir() lists them): name → size.
 pub fn server_snap_files(c: &mut Client) -> BTreeMap<String, i64> {
-    c.query("SELECT name, size FROM pg_ls_logicalsnapdir()", &[])
+    // pg_ls_logicalsnapdir() exists from 15; pg_ls_dir + pg_stat_file work everywhere.
+    c.query("SELECT name, (pg_stat_file('pg_logical/snapshots/' || name)).size FROM pg_ls_dir('pg_logical/snapshots') AS name", &[])
         .unwrap()
         .iter()
         .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1)))

@@ -59,9 +59,12 @@ fn check_slots_view(
         ("restart_lsn", "restart_lsn"),
         ("confirmed_flush", "confirmed_flush_lsn"),
     ];
+    // pg_replication_slots shows invalidation_reason from 17, two_phase_at from 18.
     if env.major >= 17 {
-        cols.push(("two_phase_at", "two_phase_at"));
         cols.push(("invalidation_reason", "invalidation_reason"));
+    }
+    if env.major >= 18 {
+        cols.push(("two_phase_at", "two_phase_at"));
     }
     let sql = format!(
         "SELECT o.in_creation, {} FROM snapbuild_slots() o JOIN pg_replication_slots p USING (slot_name) \
@@ -1276,8 +1279,10 @@ fn s7_snapshot_info_matches_server() {
                 with_catchange += 1;
             }
         } else {
-            // 15: no pg_logicalinspect. Header fields must be the file's own bytes, the
-            // size must be the version-4 layout (128 bytes + 4 per committed xid).
+            // Before 18 there is no pg_logicalinspect. Header fields must be the file's own
+            // bytes; the size must be the major's layout: 16-byte header plus the serialized
+            // builder (112 bytes in version 4, up to 15; 128 from 16), plus 4 per committed and
+            // catchange xid.
             let bytes = match std::fs::read(env.snapshots_dir().join(name)) {
                 Ok(b) => b,
                 Err(_) => continue,
@@ -1296,11 +1301,13 @@ fn s7_snapshot_info_matches_server() {
                 }
             }
             let cc: usize = js(&ours, "committed_count").unwrap().parse().unwrap();
-            if bytes.len() == 128 + 4 * cc {
+            let ch: usize = js(&ours, "catchange_count").map(|v| v.parse().unwrap()).unwrap_or(0);
+            let fixed = if env.major <= 15 { 128 } else { 144 };
+            if bytes.len() == fixed + 4 * (cc + ch) {
                 n_cols += 1;
             } else {
                 diffs.push(format!(
-                    "{name}: {} bytes but committed_count {cc}",
+                    "{name}: {} bytes but committed_count {cc}, catchange_count {ch}",
                     bytes.len()
                 ));
             }

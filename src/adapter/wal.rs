@@ -4,7 +4,7 @@
 
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode as C;
-use snapbuild_core::records::RecordKind;
+use snapbuild_core::records::{NewCid, RecordKind};
 use snapbuild_core::replay::{Payload, RecordHead};
 use snapbuild_core::{Lsn, RunningXacts};
 
@@ -232,7 +232,7 @@ impl WalReader {
     /// Reads the next record; `None` at the end of flushed WAL.
     ///
     /// Errors: `internal_error` ("could not read WAL at …") for a broken record,
-    /// `data_corrupted` for a malformed RUNNING_XACTS body.
+    /// `data_corrupted` for a malformed RUNNING_XACTS or NEW_CID body.
     pub fn next_record(&mut self) -> Option<WalRecord> {
         pgrx::check_for_interrupts!();
         unsafe {
@@ -307,6 +307,13 @@ impl WalReader {
                         subxacts: xid_slice(parsed.subxacts, parsed.nsubxacts),
                     }
                 }
+                RecordKind::NewCid => match NewCid::parse(data) {
+                    Ok(n) => Payload::NewCid(n),
+                    Err(e) => raise(
+                        C::ERRCODE_DATA_CORRUPTED,
+                        format!("NEW_CID record at {} is malformed: {e}", head.lsn),
+                    ),
+                },
                 // xl_logical_message: Oid dbId, then bool transactional.
                 RecordKind::LogicalMessage if data.len() > 4 => Payload::Message {
                     transactional: data[4] != 0,

@@ -2,9 +2,12 @@
 //!
 //! A pure-Rust model of PostgreSQL's logical decoding snapshot builder: xid and LSN
 //! arithmetic, the `.snap` on-disk layouts, the RUNNING_XACTS record, and the
-//! state machine of `snapbuild.c`. No FFI and no server: every input is bytes or plain
+//! state machine of `snapbuild.c`, and the historic MVCC rule decoding applies to catalog
+//! tuples (`HeapTupleSatisfiesHistoricMVCC`). No FFI and no server: every input is bytes or plain
 //! values handed in by an adapter, so it is unit-tested and fuzzed on its own.
 
+pub mod heap_page;
+pub mod historic;
 pub mod lsn;
 pub mod ondisk;
 pub mod records;

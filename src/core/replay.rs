@@ -2,13 +2,14 @@
 //! LogicalDecodingProcessRecord dispatches them, and turns each interesting step into a
 //! [`TraceRow`]. Also compares a predicted `.snap` with one the server wrote.
 
+use crate::historic::{HistoricSnapshot, TupleCid};
 use crate::lsn::Lsn;
 use crate::ondisk::{OnDiskError, SnapBuildOnDisk};
-use crate::records::{RecordKind, RM_XACT_ID};
+use crate::records::{NewCid, RecordKind, RM_XACT_ID};
 use crate::running_xacts::RunningXacts;
 use crate::snapbuild::{
-    Branch, BuilderParams, CommitVerdict, DecodeVerdict, RestoreResult, SerializeContext,
-    SnapBuild, SnapBuildState, Step,
+    Branch, BuilderParams, BuiltSnapshot, CommitVerdict, DecodeVerdict, DecodingTxn, RestoreResult,
+    SerializeContext, SnapBuild, SnapBuildState, Step,
 };
 use crate::xid::{self, TransactionId};
 
@@ -52,6 +53,8 @@ pub enum Payload {
     Message {
         transactional: bool,
     },
+    /// HEAP2 NEW_CID: the catalog tuple and command ids.
+    NewCid(NewCid),
 }
 
 /// One row of `snapbuild_trace`: what the replayed builder did on one record.
@@ -272,13 +275,17 @@ impl Replay {
                 RecordKind::Abort | RecordKind::AbortPrepared,
                 Payload::Abort { xid: x, subxacts },
             ) => {
-                self.builder.abort(*x, subxacts);
+                self.builder.abort_at(*x, subxacts, head.lsn);
                 self.row(head, before, None)
             }
             (RecordKind::Prepare, _) => {
                 if self.builder.state >= SnapBuildState::FullSnapshot {
                     self.builder.reorder.process_xid(head.xid, head.lsn);
                 }
+                self.row(head, before, None)
+            }
+            (RecordKind::NewCid, Payload::NewCid(rec)) => {
+                self.builder.process_new_cid(head.xid, head.lsn, rec);
                 self.row(head, before, None)
             }
             (RecordKind::NewCid | RecordKind::Invalidations, _) => {
@@ -304,6 +311,58 @@ impl Replay {
             row.interesting = true;
         }
         Ok(row)
+    }
+}
+
+/// The catalog snapshot of a replay at its current position, for one decoding
+/// transaction or none.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct HistoricView {
+    /// The builder's snapshot (SnapBuildBuildSnapshot) and where it was built.
+    pub base: BuiltSnapshot,
+    /// The snapshot HeapTupleSatisfiesHistoricMVCC gets: `base` itself, or
+    /// ReorderBufferCopySnap's copy for the decoding transaction once it has a command id.
+    pub snapshot: HistoricSnapshot,
+    /// The decoding transaction as the reorder buffer holds it.
+    pub decoding: Option<DecodingTxn>,
+    /// The entries ReorderBufferBuildTupleCidHash would hash; `None` when it leaves the
+    /// hash unset (no catalog changes or no NEW_CID for the transaction).
+    pub tuplecids: Option<Vec<TupleCid>>,
+}
+
+impl Replay {
+    /// The catalog snapshot a decoder holds after the records fed so far, for the
+    /// decoding transaction `xid` (or, with `None`, the plain snapshot the builder hands
+    /// out). ReorderBufferProcessTXN starts from the builder's snapshot (the base
+    /// snapshot, replaced by every newer one a catalog commit distributes) and makes a
+    /// private copy with the transaction's xids and command id at its first command-id
+    /// change; without one the snapshot stays shared, with no own xids and `curcid` 0.
+    /// `Err(state)` before FULL_SNAPSHOT: there is no historic snapshot yet.
+    pub fn historic_view(
+        &self,
+        xid: Option<TransactionId>,
+    ) -> Result<HistoricView, SnapBuildState> {
+        let base = self.builder.historic_snapshot()?;
+        let Some(x) = xid.filter(|x| xid::is_valid(*x)) else {
+            return Ok(HistoricView {
+                snapshot: base.snapshot.clone(),
+                base,
+                decoding: None,
+                tuplecids: None,
+            });
+        };
+        let d = self.builder.reorder.decoding_txn(x);
+        let snapshot = match d.command_id {
+            Some(cid) => base.snapshot.copy_for(d.top, &d.subxacts, cid),
+            None => base.snapshot.clone(),
+        };
+        let tuplecids = (d.catalog_changes && !d.tuplecids.is_empty()).then(|| d.tuplecids.clone());
+        Ok(HistoricView {
+            base,
+            snapshot,
+            decoding: Some(d),
+            tuplecids,
+        })
     }
 }
 

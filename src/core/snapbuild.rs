@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 
+use crate::historic::{CommandId, HistoricSnapshot, TupleCid};
 use crate::lsn::{snap_file_name, Lsn, INVALID_LSN};
 use crate::ondisk::{OnDiskBuilder, OnDiskError, SnapBuildOnDisk, SNAPBUILD_MAGIC};
 use crate::running_xacts::RunningXacts;
@@ -184,6 +185,55 @@ struct Txn {
     restart_decoding_lsn: Lsn,
     /// `base_snapshot_lsn` and the xmin of `base_snapshot`, once a change was decoded.
     base_snapshot: Option<(Lsn, TransactionId)>,
+    /// `tuplecids` (top-level transactions): the NEW_CID mappings, in record order.
+    tuplecids: Vec<TupleCid>,
+    /// The largest command id queued for this (sub)transaction by
+    /// ReorderBufferAddNewCommandId (replay keeps the running maximum).
+    command_id: Option<CommandId>,
+}
+
+/// How the reorder buffer last saw a transaction (for [`DecodingTxn`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum TxnStatus {
+    /// Known and not yet finished.
+    InProgress,
+    /// Its commit (or COMMIT PREPARED) record was decoded at this LSN.
+    Committed(Lsn),
+    /// Its abort (or ROLLBACK PREPARED) record was decoded at this LSN.
+    Aborted(Lsn),
+    /// Dropped by ReorderBufferAbortOld at the RUNNING_XACTS record at this LSN.
+    ForgottenAsOld(Lsn),
+    /// No record of it was decoded.
+    Unknown,
+}
+
+impl TxnStatus {
+    pub fn label(self) -> String {
+        match self {
+            TxnStatus::InProgress => "in progress".into(),
+            TxnStatus::Committed(l) => format!("committed at {l}"),
+            TxnStatus::Aborted(l) => format!("aborted at {l}"),
+            TxnStatus::ForgottenAsOld(l) => format!("forgotten as old at {l}"),
+            TxnStatus::Unknown => "unknown".into(),
+        }
+    }
+}
+
+/// What ReorderBufferProcessTXN would start from for one top-level transaction: the
+/// inputs of ReorderBufferCopySnap and ReorderBufferBuildTupleCidHash.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct DecodingTxn {
+    /// The top-level xid (the one asked for, or its parent).
+    pub top: TransactionId,
+    /// Its subtransactions still attached (aborted ones are gone).
+    pub subxacts: Vec<TransactionId>,
+    /// The command id replay reaches: the largest queued for it or its subtransactions.
+    pub command_id: Option<CommandId>,
+    /// `RBTXN_HAS_CATALOG_CHANGES` of the top-level transaction.
+    pub catalog_changes: bool,
+    /// Its tuple-cid list.
+    pub tuplecids: Vec<TupleCid>,
+    pub status: TxnStatus,
 }
 
 /// The part of reorderbuffer.c the builder depends on: known transactions in
@@ -195,6 +245,11 @@ pub struct ReorderModel {
     toplevel: Vec<TransactionId>,
     /// `current_restart_decoding_lsn`: set at each serialization or restore.
     pub current_restart_decoding_lsn: Lsn,
+    /// Top-level transactions the reorder buffer has let go of, as they were just before
+    /// (commit, abort, ReorderBufferAbortOld), so that a later question about them can
+    /// be answered; keyed by top-level xid, with their subtransactions pointing there.
+    finished: HashMap<TransactionId, DecodingTxn>,
+    finished_sub: HashMap<TransactionId, TransactionId>,
 }
 
 impl ReorderModel {
@@ -339,11 +394,113 @@ impl ReorderModel {
         }
     }
 
+    /// Re-runs reorderbuffer.c ReorderBufferAddNewTupleCids: append a NEW_CID mapping to
+    /// the list of top-level transaction `top` (created if unknown).
+    pub fn add_new_tuple_cids(&mut self, top: TransactionId, lsn: Lsn, c: TupleCid) {
+        if !xid::is_valid(top) {
+            return;
+        }
+        self.process_xid(top, lsn);
+        if let Some(t) = self.txns.get_mut(&top) {
+            t.tuplecids.push(c);
+        }
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferAddNewCommandId: queue command id `cid` for
+    /// `xid` (its own queue, merged into the top level's at replay).
+    pub fn add_new_command_id(&mut self, x: TransactionId, lsn: Lsn, cid: CommandId) {
+        if !xid::is_valid(x) {
+            return;
+        }
+        self.process_xid(x, lsn);
+        if let Some(t) = self.txns.get_mut(&x) {
+            t.command_id = Some(t.command_id.map_or(cid, |c| c.max(cid)));
+        }
+    }
+
+    /// The inputs ReorderBufferProcessTXN would use for `x`'s top-level transaction now:
+    /// its attached subtransactions, the largest command id queued for any of them,
+    /// the catalog-change flag and the tuple-cid list. `extra_subxacts` are xids a
+    /// commit record lists (ReorderBufferCommitChild attaches the known ones).
+    fn view(
+        &self,
+        top: TransactionId,
+        extra_subxacts: &[TransactionId],
+        status: TxnStatus,
+    ) -> Option<DecodingTxn> {
+        let t = self.txns.get(&top)?;
+        let mut subxacts = t.subxacts.clone();
+        for s in extra_subxacts {
+            if self.txns.contains_key(s) && !subxacts.contains(s) {
+                subxacts.push(*s);
+            }
+        }
+        let command_id = std::iter::once(t.command_id)
+            .chain(
+                subxacts
+                    .iter()
+                    .map(|s| self.txns.get(s).and_then(|st| st.command_id)),
+            )
+            .flatten()
+            .max();
+        Some(DecodingTxn {
+            top,
+            subxacts,
+            command_id,
+            catalog_changes: t.catalog_changes,
+            tuplecids: t.tuplecids.clone(),
+            status,
+        })
+    }
+
+    /// What the reorder buffer holds (or last held) for the transaction `x` (a top-level
+    /// xid or one of its subtransactions).
+    pub fn decoding_txn(&self, x: TransactionId) -> DecodingTxn {
+        if self.txns.contains_key(&x) {
+            let top = self.toplevel_of(x);
+            if let Some(v) = self.view(top, &[], TxnStatus::InProgress) {
+                return v;
+            }
+        }
+        let top = self.finished_sub.get(&x).copied().unwrap_or(x);
+        if let Some(v) = self.finished.get(&top) {
+            return v.clone();
+        }
+        DecodingTxn {
+            top: x,
+            subxacts: Vec::new(),
+            command_id: None,
+            catalog_changes: false,
+            tuplecids: Vec::new(),
+            status: TxnStatus::Unknown,
+        }
+    }
+
+    /// Keeps what the top-level transaction `x` holds before the reorder buffer lets go
+    /// of it (nothing for a subtransaction or an unknown xid).
+    pub fn remember_finished(
+        &mut self,
+        x: TransactionId,
+        subxacts: &[TransactionId],
+        status: TxnStatus,
+    ) {
+        if self.txns.get(&x).is_none_or(|t| t.top.is_some()) {
+            return;
+        }
+        if let Some(v) = self.view(x, subxacts, status) {
+            for s in &v.subxacts {
+                self.finished_sub.insert(*s, x);
+            }
+            self.finished.insert(x, v);
+        }
+    }
+
     /// Re-runs reorderbuffer.c ReorderBufferAbortOld: drop top-level transactions older
     /// than `oldest_running_xid`, in first-LSN order, stopping at the first that is not.
-    pub fn abort_old(&mut self, oldest_running_xid: TransactionId) {
+    pub fn abort_old(&mut self, oldest_running_xid: TransactionId, lsn: Lsn) {
         while let Some(&first) = self.toplevel.first() {
             if xid::precedes(first, oldest_running_xid) {
+                self.remember_finished(first, &[], TxnStatus::ForgottenAsOld(lsn));
                 self.cleanup(first);
             } else {
                 break;
@@ -450,6 +607,29 @@ pub struct Step {
     pub candidate_restart: Option<(Lsn, Lsn)>,
 }
 
+/// Why the builder built the snapshot it currently hands out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum SnapshotOrigin {
+    /// SnapBuildProcessChange: the first decoded change of `xid` found none.
+    FirstChange(TransactionId),
+    /// SnapBuildCommitTxn: the catalog-modifying commit of `xid`.
+    CatalogCommit(TransactionId),
+    /// SnapBuildRestore: a serialized snapshot was adopted.
+    Restored,
+    /// Not built by the replay: SnapBuildBuildSnapshot run on the builder as it stands
+    /// (what SnapBuildGetOrBuildSnapshot would do now).
+    BuiltNow,
+}
+
+/// `builder->snapshot` with its provenance.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct BuiltSnapshot {
+    pub snapshot: HistoricSnapshot,
+    /// The LSN of the record at which it was built (None when [`SnapshotOrigin::BuiltNow`]).
+    pub built_at: Option<Lsn>,
+    pub origin: SnapshotOrigin,
+}
+
 /// A `.snap` lookup for branch b: `Ok(None)` when no file exists (missing_ok), an
 /// error when the file is there but broken (the server would ERROR out).
 pub type RestoreResult = Result<Option<SnapBuildOnDisk>, OnDiskError>;
@@ -484,6 +664,9 @@ pub struct SnapBuild {
     /// `builder->snapshot`: whether one is built, and the xmin it was built with
     /// (SnapBuildBuildSnapshot copies the builder's xmin at that moment).
     pub snapshot_xmin: Option<TransactionId>,
+    /// `builder->snapshot` itself: the historic snapshot the builder hands out (kept in
+    /// step with `snapshot_xmin`), with where and why it was built.
+    pub snapshot: Option<BuiltSnapshot>,
     /// The LSN of the last RUNNING_XACTS record processed.
     pub prev_running_xacts: Lsn,
     /// The xmin came from a restored `.snap` since the last RUNNING_XACTS (branch b or
@@ -513,6 +696,7 @@ impl SnapBuild {
             initial_running_xacts: Vec::new(),
             reorder: ReorderModel::default(),
             snapshot_xmin: None,
+            snapshot: None,
             prev_running_xacts: INVALID_LSN,
             xmin_from_restore: false,
         }
@@ -588,7 +772,7 @@ impl SnapBuild {
         if step.branch == Branch::Serialize {
             self.slot_candidates(lsn, running, &mut step);
         }
-        self.reorder.abort_old(running.oldest_running_xid);
+        self.reorder.abort_old(running.oldest_running_xid, lsn);
         Ok(step)
     }
 
@@ -776,6 +960,7 @@ impl SnapBuild {
         self.catchange_xip = ondisk.catchange_xip.clone();
         self.xmin_from_restore = true;
         self.snapshot_xmin = Some(self.xmin);
+        self.snapshot = Some(self.build_snapshot(Some(lsn), SnapshotOrigin::Restored));
         self.reorder.current_restart_decoding_lsn = lsn;
         Ok(true)
     }
@@ -947,6 +1132,8 @@ impl SnapBuild {
                 DecodeVerdict::Decoded
             }
         };
+        self.reorder
+            .remember_finished(x, subxacts, TxnStatus::Committed(lsn));
         for s in subxacts {
             self.reorder.cleanup(*s);
         }
@@ -1024,6 +1211,7 @@ impl SnapBuild {
             // A new historic snapshot is built and becomes the committing transaction's
             // base snapshot if it had none.
             self.snapshot_xmin = Some(self.xmin);
+            self.snapshot = Some(self.build_snapshot(Some(lsn), SnapshotOrigin::CatalogCommit(x)));
             if !self.reorder.has_base_snapshot(x) {
                 self.reorder.set_base_snapshot(x, lsn, self.xmin);
             }
@@ -1037,9 +1225,17 @@ impl SnapBuild {
     /// decode.c DecodeAbort: the reorder buffer forgets `xid` and `subxacts`
     /// (the builder itself is not told; xact_decode bails before FULL_SNAPSHOT).
     pub fn abort(&mut self, x: TransactionId, subxacts: &[TransactionId]) {
+        self.abort_at(x, subxacts, INVALID_LSN)
+    }
+
+    /// [`SnapBuild::abort`] for an abort record at `lsn` (remembered as the status of a
+    /// top-level transaction).
+    pub fn abort_at(&mut self, x: TransactionId, subxacts: &[TransactionId], lsn: Lsn) {
         if self.state < SnapBuildState::FullSnapshot {
             return;
         }
+        self.reorder
+            .remember_finished(x, subxacts, TxnStatus::Aborted(lsn));
         for s in subxacts {
             self.reorder.cleanup(*s);
         }
@@ -1065,10 +1261,62 @@ impl SnapBuild {
             return false;
         }
         if !self.reorder.has_base_snapshot(x) {
+            if self.snapshot.is_none() {
+                self.snapshot =
+                    Some(self.build_snapshot(Some(lsn), SnapshotOrigin::FirstChange(x)));
+            }
             let xmin = *self.snapshot_xmin.get_or_insert(self.xmin);
             self.reorder.set_base_snapshot(x, lsn, xmin);
         }
         true
+    }
+
+    /// Re-runs snapbuild.c SnapBuildProcessNewCid (decode.c calls it for HEAP2 NEW_CID
+    /// once the builder is at least FULL_SNAPSHOT): the record's xid gets catalog changes,
+    /// its top-level transaction the tuple mapping, and the record's xid the next command
+    /// id (one past the larger valid of cmin and cmax).
+    pub fn process_new_cid(&mut self, x: TransactionId, lsn: Lsn, rec: &crate::records::NewCid) {
+        if self.state < SnapBuildState::FullSnapshot {
+            return;
+        }
+        self.mark_catalog_changes(x, lsn);
+        self.reorder.add_new_tuple_cids(
+            rec.top_xid,
+            lsn,
+            TupleCid {
+                lsn,
+                key: rec.target,
+                cmin: rec.cmin,
+                cmax: rec.cmax,
+                combocid: rec.combocid,
+            },
+        );
+        // Neither cmin nor cmax valid: the server raises an ERROR; no command id here.
+        if let Some(cid) = rec.command_id() {
+            self.reorder.add_new_command_id(x, lsn, cid.wrapping_add(1));
+        }
+    }
+
+    /// Re-runs snapbuild.c SnapBuildBuildSnapshot on the builder as it stands.
+    pub fn build_snapshot(&self, built_at: Option<Lsn>, origin: SnapshotOrigin) -> BuiltSnapshot {
+        BuiltSnapshot {
+            snapshot: HistoricSnapshot::build(self.xmin, self.xmax, &self.committed_xip),
+            built_at,
+            origin,
+        }
+    }
+
+    /// The historic snapshot the builder hands out now: `builder->snapshot` when one is
+    /// built, else the one SnapBuildBuildSnapshot would build (SnapBuildGetOrBuildSnapshot).
+    /// There is none before FULL_SNAPSHOT: the state is returned instead.
+    pub fn historic_snapshot(&self) -> Result<BuiltSnapshot, SnapBuildState> {
+        if self.state < SnapBuildState::FullSnapshot {
+            return Err(self.state);
+        }
+        Ok(self
+            .snapshot
+            .clone()
+            .unwrap_or_else(|| self.build_snapshot(None, SnapshotOrigin::BuiltNow)))
     }
 }
 
@@ -1321,7 +1569,7 @@ mod tests {
         r.process_xid(10, Lsn(1));
         r.process_xid(30, Lsn(2));
         r.process_xid(20, Lsn(3));
-        r.abort_old(25);
+        r.abort_old(25, Lsn(9));
         assert_eq!(r.len(), 2); // 20 survives behind 30
     }
 

@@ -9,6 +9,10 @@ pub type TransactionId = u32;
 
 /// `InvalidTransactionId`.
 pub const INVALID_TRANSACTION_ID: TransactionId = 0;
+/// `BootstrapTransactionId`.
+pub const BOOTSTRAP_TRANSACTION_ID: TransactionId = 1;
+/// `FrozenTransactionId`.
+pub const FROZEN_TRANSACTION_ID: TransactionId = 2;
 /// `FirstNormalTransactionId`.
 pub const FIRST_NORMAL_TRANSACTION_ID: TransactionId = 3;
 

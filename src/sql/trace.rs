@@ -222,6 +222,65 @@ impl Iterator for TraceIter {
     }
 }
 
+/// Where a replay run to its end stopped, and what it holds there.
+pub struct ReplayEnd {
+    pub replay: Replay,
+    /// The end of the last record fed (the start when none was).
+    pub at: Lsn,
+    /// The LSN of the last record fed, if any.
+    pub last_record: Option<Lsn>,
+    /// Records fed.
+    pub records: u64,
+    /// The last `.snap` file adopted (branch b or a serialization point), if any.
+    pub restored_from: Option<Lsn>,
+}
+
+/// Runs the replay of `input` over local WAL and returns the builder where it stopped
+/// (the end of flushed WAL, or the last record ending at or before `input.end`).
+///
+/// Errors: as [`run_trace`]; a broken `.snap` file met on branch b is the server's
+/// `data_corrupted` ERROR here (the server's decoder would fail there too).
+pub fn replay_to_end(input: &TraceInput) -> ReplayEnd {
+    let p = &input.params;
+    let version = p.major.snapbuild_version();
+    check_wal_available(input.start);
+    let mut end = ReplayEnd {
+        replay: Replay::new(p, input.slot_db),
+        at: input.start,
+        last_record: None,
+        records: 0,
+        restored_from: None,
+    };
+    let mut reader = WalReader::open(input.start);
+    let mut restore = |lsn: Lsn| -> RestoreResult {
+        match snapfiles::read_snapshot(lsn, version) {
+            Ok(f) => Ok(f),
+            Err(SnapFileError::Corrupt { err, .. }) => Err(err),
+            Err(e) => e.raise(),
+        }
+    };
+    while let Some(rec) = reader.next_record() {
+        if input.end.is_some_and(|e| rec.head.end_lsn > e) {
+            break;
+        }
+        match end.replay.feed(&rec.head, &rec.payload, &mut restore) {
+            Ok(row) => {
+                if row.restored_from.is_some() {
+                    end.restored_from = row.restored_from;
+                }
+            }
+            Err(e) => raise(
+                PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+                e.error.message(&snapfiles::path_for(e.row.lsn)),
+            ),
+        }
+        end.at = rec.head.end_lsn;
+        end.last_record = Some(rec.head.lsn);
+        end.records += 1;
+    }
+    end
+}
+
 /// ERROR `undefined_file` naming `start` if its WAL segment was already removed.
 fn check_wal_available(start: Lsn) {
     unsafe {
@@ -370,7 +429,7 @@ fn to_table(rows: TraceIter) -> TableIterator<'static, Columns> {
     }))
 }
 
-fn slot_input(slot_name: &str, all_records: bool) -> TraceInput {
+pub(crate) fn slot_input(slot_name: &str, all_records: bool) -> TraceInput {
     let slot = find_slot(slot_name);
     if !slot.logical {
         raise(

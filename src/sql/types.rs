@@ -165,3 +165,45 @@ macro_rules! arg_via_from_datum {
 }
 
 arg_via_from_datum!(Xid, PgLsn);
+
+unsafe impl pgrx::datum::UnboxDatum for Xid {
+    type As<'src> = Xid;
+    unsafe fn unbox<'src>(datum: pgrx::datum::Datum<'src>) -> Self::As<'src>
+    where
+        Self: 'src,
+    {
+        Xid(datum.sans_lifetime().value() as u32)
+    }
+}
+
+/// A `regclass` argument: a relation's OID.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegClass(pub pg_sys::Oid);
+
+impl pgrx::FromDatum for RegClass {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _: pg_sys::Oid,
+    ) -> Option<Self> {
+        (!is_null).then(|| RegClass(pg_sys::Oid::from(datum.value() as u32)))
+    }
+}
+
+unsafe impl SqlTranslatable for RegClass {
+    const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(RegClass);
+    const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
+    const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> =
+        Ok(SqlMappingRef::literal("regclass"));
+    const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
+        Ok(ReturnsRef::One(SqlMappingRef::literal("regclass")));
+}
+
+arg_via_from_datum!(RegClass);
+
+/// A `tid` value (block, offset).
+pub fn tid(block: u32, offset: u16) -> pg_sys::ItemPointerData {
+    let mut t = pg_sys::ItemPointerData::default();
+    pgrx::itemptr::item_pointer_set_all(&mut t, block, offset);
+    t
+}

@@ -18,5 +18,5 @@ SELECT pg_temp.err($$SELECT * FROM snapbuild_trace('snapbuild_regress_no_such_sl
 SELECT count(*) FROM snapbuild_snapshot_info(NULL);
 SELECT count(*) FROM snapbuild_trace(NULL);
 -- a listing never errors, a row per file
-SELECT count(*) = (SELECT count(*) FROM pg_ls_logicalsnapdir() WHERE name LIKE '%.snap') AS one_row_per_file
+SELECT count(*) = (SELECT count(*) FROM pg_ls_dir('pg_logical/snapshots') AS name WHERE name LIKE '%.snap') AS one_row_per_file
 FROM snapbuild_snapshot_files();
