@@ -154,6 +154,8 @@ fn run_seed(env: &Env, seed: u64, txns: u64) {
     let mut consumed = vec![false; slot_names.len()];
     let mut prepared: Vec<String> = Vec::new();
     let mut done_txns = 0u64;
+    let mut slot_predictions = 0usize;
+    let mut prediction_failures: Vec<String> = Vec::new();
     let mut step = 0u64;
     while done_txns < txns {
         step += 1;
@@ -172,13 +174,55 @@ fn run_seed(env: &Env, seed: u64, txns: u64) {
             let f = if rng.chance(50) { "get" } else { "peek" };
             if f == "get" {
                 consumed[idx] = true;
+                // The slot after this get_changes, as the replay predicts it (logical.c's
+                // candidate handling and the final confirm), against what the server left.
+                let upto = fmt_lsn(flush_lsn(&mut admin));
+                let fields = "catalog_xmin::text, restart_lsn::text, confirmed_flush::text, \
+                              candidate_catalog_xmin::text, candidate_xmin_lsn::text, \
+                              candidate_restart_valid::text, candidate_restart_lsn::text";
+                let pred_fields = fields
+                    .split(", ")
+                    .map(|f| format!("predicted_{}", f.trim()))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let predicted = admin
+                    .query_one(
+                        &format!("SELECT {pred_fields} FROM snapbuild_slot_prediction($1::name, $2::text::pg_lsn)"),
+                        &[&slot_names[idx], &upto],
+                    )
+                    .unwrap_or_else(|e| panic!("seed {seed}: snapbuild_slot_prediction: {}", err_text(&e)));
+                admin
+                    .execute(
+                        "SELECT count(*) FROM pg_logical_slot_get_changes($1, $2::text::pg_lsn, NULL)",
+                        &[&slot_names[idx], &upto],
+                    )
+                    .unwrap();
+                let actual = admin
+                    .query_one(
+                        &format!("SELECT {fields} FROM snapbuild_slots() WHERE slot_name = $1"),
+                        &[&slot_names[idx]],
+                    )
+                    .unwrap();
+                slot_predictions += 1;
+                for k in 0..7 {
+                    let (p, a): (Option<String>, Option<String>) =
+                        (predicted.get(k), actual.get(k));
+                    if p != a {
+                        prediction_failures.push(format!(
+                            "{} after get_changes up to {upto}: {} predicted {p:?}, server {a:?}",
+                            slot_names[idx],
+                            fields.split(", ").nth(k).unwrap_or("?").trim()
+                        ));
+                    }
+                }
+            } else {
+                admin
+                    .batch_execute(&format!(
+                        "SELECT count(*) FROM pg_logical_slot_peek_changes('{}', NULL, NULL)",
+                        slot_names[idx]
+                    ))
+                    .unwrap();
             }
-            admin
-                .batch_execute(&format!(
-                    "SELECT count(*) FROM pg_logical_slot_{f}_changes('{}', NULL, NULL)",
-                    slot_names[idx]
-                ))
-                .unwrap();
         }
         // Prepared transactions end from another session after a while.
         if !prepared.is_empty() && rng.chance(20) {
@@ -332,7 +376,7 @@ fn run_seed(env: &Env, seed: u64, txns: u64) {
         "seed {seed}: no slot was created"
     );
 
-    let mut failures = Vec::new();
+    let mut failures = prediction_failures;
     let (mut decoded_total, mut files_agreeing, mut commits_seen, mut writer_dependent) =
         (0usize, 0usize, 0usize, 0usize);
     for &(idx, created_at) in &created {
@@ -435,7 +479,7 @@ fn run_seed(env: &Env, seed: u64, txns: u64) {
     }
     println!(
         "pgsnap-counts: random seed {seed} PG{} transactions {done_txns} statements {} slots created {} \
-         commits traced {commits_seen} decoded by test_decoding {decoded_total} .snap files agreeing {files_agreeing} \
+         slot states predicted {slot_predictions} commits traced {commits_seen} decoded by test_decoding {decoded_total} .snap files agreeing {files_agreeing} \
          (of which xmax/committed written by a decoder that started elsewhere {writer_dependent}) failures {}",
         env.major,
         run.log.len(),

@@ -1301,7 +1301,9 @@ fn s7_snapshot_info_matches_server() {
                 }
             }
             let cc: usize = js(&ours, "committed_count").unwrap().parse().unwrap();
-            let ch: usize = js(&ours, "catchange_count").map(|v| v.parse().unwrap()).unwrap_or(0);
+            let ch: usize = js(&ours, "catchange_count")
+                .map(|v| v.parse().unwrap())
+                .unwrap_or(0);
             let fixed = if env.major <= 15 { 128 } else { 144 };
             if bytes.len() == fixed + 4 * (cc + ch) {
                 n_cols += 1;

@@ -96,6 +96,11 @@ mod compat {
         }
     }
 
+    /// `GetFlushRecPtr`: how far WAL is flushed.
+    pub unsafe fn flush_ptr() -> u64 {
+        pg_sys::GetFlushRecPtr(std::ptr::null_mut())
+    }
+
     /// rm_name and rm_identify of a resource manager, if it exists.
     pub unsafe fn rmgr(rmid: u8) -> Option<pg_sys::RmgrData> {
         pg_sys::RmgrIdExists(rmid as pg_sys::RmgrId)
@@ -185,6 +190,11 @@ mod compat {
             main_data: r.main_data,
             main_data_len: r.main_data_len,
         }
+    }
+
+    /// `GetFlushRecPtr`: how far WAL is flushed.
+    pub unsafe fn flush_ptr() -> u64 {
+        GetFlushRecPtr()
     }
 
     pub unsafe fn rmgr(rmid: u8) -> Option<pg_sys::RmgrData> {
@@ -323,6 +333,11 @@ impl WalReader {
             Some(WalRecord { head, payload })
         }
     }
+}
+
+/// How far WAL is flushed now (`GetFlushRecPtr`).
+pub fn flush_lsn() -> Lsn {
+    Lsn(unsafe { compat::flush_ptr() })
 }
 
 fn twophase_or(twophase: pg_sys::TransactionId, xid: u32) -> u32 {

@@ -13,6 +13,7 @@ pub mod ondisk;
 pub mod records;
 pub mod replay;
 pub mod running_xacts;
+pub mod slot;
 pub mod snapbuild;
 pub mod version;
 pub mod xid;
