@@ -379,6 +379,7 @@ fn run_seed(env: &Env, seed: u64, txns: u64) {
     let mut failures = prediction_failures;
     let (mut decoded_total, mut files_agreeing, mut commits_seen, mut writer_dependent) =
         (0usize, 0usize, 0usize, 0usize);
+    let mut files_byte_equal = 0usize;
     for &(idx, created_at) in &created {
         let slot = &slot_names[idx];
         // 1. The creation, replayed: consistent on the record ending at the returned LSN.
@@ -469,6 +470,16 @@ fn run_seed(env: &Env, seed: u64, txns: u64) {
                     r.record, r.branch, r.disagreement
                 ));
             }
+            match r.raw.get("bytes_agree").and_then(|v| v.as_bool()) {
+                Some(true) => files_byte_equal += 1,
+                Some(false) => failures.push(format!(
+                    "{slot}: row {} at {:?}: the replay's bytes differ from the server's file ({:?})",
+                    r.record,
+                    r.lsn.map(fmt_lsn),
+                    r.disagreement
+                )),
+                None => {}
+            }
             if r.branch_is("serialize") && r.agrees == Some(true) {
                 files_agreeing += 1;
                 if r.disagreement.is_some() {
@@ -480,7 +491,7 @@ fn run_seed(env: &Env, seed: u64, txns: u64) {
     println!(
         "pgsnap-counts: random seed {seed} PG{} transactions {done_txns} statements {} slots created {} \
          slot states predicted {slot_predictions} commits traced {commits_seen} decoded by test_decoding {decoded_total} .snap files agreeing {files_agreeing} \
-         (of which xmax/committed written by a decoder that started elsewhere {writer_dependent}) failures {}",
+         (of which xmax/committed written by a decoder that started elsewhere {writer_dependent}; byte for byte {files_byte_equal}) failures {}",
         env.major,
         run.log.len(),
         created.len(),

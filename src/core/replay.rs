@@ -330,39 +330,58 @@ pub struct HistoricView {
     pub tuplecids: Option<Vec<TupleCid>>,
 }
 
+/// Re-runs the snapshot choice of reorderbuffer.c ReorderBufferProcessTXN at one point of
+/// a transaction's replay.
+///
+/// The decoder replays a transaction `decoding` starting from its base snapshot, replaced
+/// by each newer one a catalog commit distributes to it, so at any record the builder's
+/// snapshot `base` as of that record. At the first command-id change it makes a private
+/// copy (ReorderBufferCopySnap) holding the transaction's xids (the top level and the
+/// subtransactions still attached when it is replayed) and the running maximum of the
+/// command ids replayed so far, those queued at or before `upto`; before that the
+/// snapshot stays shared (no own xids, `curcid` 0). The tuple-cid hash
+/// (ReorderBufferBuildTupleCidHash) is built once, before replay, from the transaction's
+/// whole tuple-cid list, and only if it has catalog changes and such entries.
+pub fn historic_view(
+    base: BuiltSnapshot,
+    decoding: Option<DecodingTxn>,
+    upto: Lsn,
+) -> HistoricView {
+    let Some(d) = decoding else {
+        return HistoricView {
+            snapshot: base.snapshot.clone(),
+            base,
+            decoding: None,
+            tuplecids: None,
+        };
+    };
+    let snapshot = match d.command_id_upto(upto) {
+        Some(cid) => base.snapshot.copy_for(d.top, &d.subxacts, cid),
+        None => base.snapshot.clone(),
+    };
+    let tuplecids = (d.catalog_changes && !d.tuplecids.is_empty()).then(|| d.tuplecids.clone());
+    HistoricView {
+        base,
+        snapshot,
+        decoding: Some(d),
+        tuplecids,
+    }
+}
+
 impl Replay {
-    /// The catalog snapshot a decoder holds after the records fed so far, for the
-    /// decoding transaction `xid` (or, with `None`, the plain snapshot the builder hands
-    /// out). ReorderBufferProcessTXN starts from the builder's snapshot (the base
-    /// snapshot, replaced by every newer one a catalog commit distributes) and makes a
-    /// private copy with the transaction's xids and command id at its first command-id
-    /// change; without one the snapshot stays shared, with no own xids and `curcid` 0.
-    /// `Err(state)` before FULL_SNAPSHOT: there is no historic snapshot yet.
+    /// [`historic_view`] with everything taken from where the replay stands now: the
+    /// builder's snapshot, and the decoding transaction `xid` as the reorder buffer holds
+    /// (or last held) it. `Err(state)` before FULL_SNAPSHOT: there is no historic
+    /// snapshot yet.
     pub fn historic_view(
         &self,
         xid: Option<TransactionId>,
     ) -> Result<HistoricView, SnapBuildState> {
         let base = self.builder.historic_snapshot()?;
-        let Some(x) = xid.filter(|x| xid::is_valid(*x)) else {
-            return Ok(HistoricView {
-                snapshot: base.snapshot.clone(),
-                base,
-                decoding: None,
-                tuplecids: None,
-            });
-        };
-        let d = self.builder.reorder.decoding_txn(x);
-        let snapshot = match d.command_id {
-            Some(cid) => base.snapshot.copy_for(d.top, &d.subxacts, cid),
-            None => base.snapshot.clone(),
-        };
-        let tuplecids = (d.catalog_changes && !d.tuplecids.is_empty()).then(|| d.tuplecids.clone());
-        Ok(HistoricView {
-            base,
-            snapshot,
-            decoding: Some(d),
-            tuplecids,
-        })
+        let d = xid
+            .filter(|x| xid::is_valid(*x))
+            .map(|x| self.builder.reorder.decoding_txn(x));
+        Ok(historic_view(base, d, Lsn(u64::MAX)))
     }
 }
 
@@ -450,6 +469,45 @@ pub fn compare_with_server(
         ));
     }
     c
+}
+
+/// The bytes the replay would write at this LSN, with the fields that describe the
+/// writing decoder taken from the server's file, and likewise xmin, xmax or the committed
+/// xids where `cmp` found them writer-dependent (the committed xids otherwise in the
+/// writer's insertion order). If the result equals the file byte for byte, every other
+/// field, the layout, the padding and the CRC-32C agree. `None` for a version without a
+/// known layout.
+pub fn bytes_with_writer_fields(
+    predicted: &SnapBuildOnDisk,
+    server: &SnapBuildOnDisk,
+    cmp: &FileComparison,
+) -> Option<Vec<u8>> {
+    let mut p = predicted.clone();
+    let (b, s) = (&mut p.builder, &server.builder);
+    b.start_decoding_at = s.start_decoding_at;
+    b.last_serialized_snapshot = s.last_serialized_snapshot;
+    b.in_slot_creation = s.in_slot_creation;
+    b.building_full_snapshot = s.building_full_snapshot;
+    b.initial_xmin_horizon = s.initial_xmin_horizon;
+    b.two_phase_at = s.two_phase_at;
+    b.committed_xcnt_space = s.committed_xcnt_space;
+    b.includes_all_transactions = s.includes_all_transactions;
+    let flagged = |field: &str| cmp.writer_dependent.iter().any(|d| d.starts_with(field));
+    if flagged("xmin ") {
+        b.xmin = s.xmin;
+    }
+    if flagged("xmax ") {
+        b.xmax = s.xmax;
+    }
+    let sorted = |v: &[u32]| {
+        let mut v = v.to_vec();
+        v.sort_unstable();
+        v
+    };
+    if flagged("committed ") || sorted(&p.committed_xip) == sorted(&server.committed_xip) {
+        p.committed_xip = server.committed_xip.clone();
+    }
+    p.encode()
 }
 
 #[cfg(test)]
@@ -567,5 +625,9 @@ mod tests {
         let f = row.serialized.unwrap();
         assert_eq!(f.committed_xip, vec![600]);
         assert_eq!(compare_with_server(&f, &f, None), FileComparison::default());
+        assert_eq!(
+            bytes_with_writer_fields(&f, &f, &FileComparison::default()),
+            f.encode()
+        );
     }
 }

@@ -2,8 +2,8 @@
 //! snapshot builder over real WAL and put the server's verdict beside each step.
 
 use pgrx::prelude::*;
-use snapbuild_core::replay::{compare_with_server, Replay, TraceRow};
-use snapbuild_core::snapbuild::{CommitVerdict, RestoreResult};
+use snapbuild_core::replay::{bytes_with_writer_fields, compare_with_server, Replay, TraceRow};
+use snapbuild_core::snapbuild::{BuiltSnapshot, CommitVerdict, RestoreResult};
 use snapbuild_core::{BuilderParams, Lsn, SnapBuildState};
 
 use crate::adapter::slots::{find_slot, SlotCopy};
@@ -21,6 +21,9 @@ pub struct Verdict {
     pub server_source: Option<String>,
     pub agrees: Option<bool>,
     pub disagreement: Option<String>,
+    /// Serialize rows with a server file: the replay's bytes (writer-dependent fields
+    /// taken from the file) equal the file's bytes.
+    pub bytes_agree: Option<bool>,
 }
 
 /// A trace row with its verdict and the starting parameters, as both the SQL and the
@@ -77,11 +80,14 @@ fn verdict(row: &TraceRow, slot: Option<&SlotCopy>, version: u32) -> Verdict {
                         .iter()
                         .map(|d| format!("writer-dependent: {d}")),
                 );
+                let raw = std::fs::read(snapfiles::path_for(row.lsn)).ok();
+                let ours = bytes_with_writer_fields(pred, &file, &cmp);
                 Verdict {
                     server_state: Some(crate::sql::snapshot_files::state_name(file.builder.state)),
                     server_source: Some(snapfiles::path_for(row.lsn)),
                     agrees: Some(cmp.agrees()),
                     disagreement: (!text.is_empty()).then(|| text.join("; ")),
+                    bytes_agree: raw.zip(ours).map(|(raw, ours)| raw == ours),
                 }
             }
             Ok(None) => Verdict::default(),
@@ -90,6 +96,7 @@ fn verdict(row: &TraceRow, slot: Option<&SlotCopy>, version: u32) -> Verdict {
                 server_source: Some(snapfiles::path_for(row.lsn)),
                 agrees: Some(false),
                 disagreement: Some(e.text()),
+                bytes_agree: None,
             },
         };
     }
@@ -99,6 +106,7 @@ fn verdict(row: &TraceRow, slot: Option<&SlotCopy>, version: u32) -> Verdict {
             server_source: Some(snapfiles::path_for(at)),
             agrees: Some(row.state == SnapBuildState::Consistent),
             disagreement: None,
+            bytes_agree: None,
         };
     }
     // The record that made the builder consistent ends where a freshly created slot's
@@ -114,6 +122,7 @@ fn verdict(row: &TraceRow, slot: Option<&SlotCopy>, version: u32) -> Verdict {
                 server_source: source,
                 agrees: Some(true),
                 disagreement: None,
+                bytes_agree: None,
             };
         }
         // Later restarts begin at restart_lsn and may become consistent anywhere up to
@@ -222,35 +231,44 @@ impl Iterator for TraceIter {
     }
 }
 
-/// Where a replay run to its end stopped, and what it holds there.
-pub struct ReplayEnd {
-    pub replay: Replay,
-    /// The end of the last record fed (the start when none was).
+/// A replay run over all flushed WAL, with the builder's snapshot taken at one point.
+pub struct Captured {
+    /// The builder's historic snapshot at the capture point (SnapBuildBuildSnapshot's, as
+    /// `builder->snapshot` holds it), or the builder's state when it had none yet.
+    pub base: Result<BuiltSnapshot, SnapBuildState>,
+    /// The builder's state at the capture point.
+    pub state: SnapBuildState,
+    /// The end of the last record fed before the capture (the start LSN when none was).
     pub at: Lsn,
-    /// The LSN of the last record fed, if any.
+    /// The start of that record.
     pub last_record: Option<Lsn>,
-    /// Records fed.
-    pub records: u64,
-    /// The last `.snap` file adopted (branch b or a serialization point), if any.
+    /// The last `.snap` file adopted before the capture (branch b or a serialization
+    /// point), if any.
     pub restored_from: Option<Lsn>,
+    /// The replay after all flushed WAL: the reorder buffer as it ends up.
+    pub replay: Replay,
 }
 
-/// Runs the replay of `input` over local WAL and returns the builder where it stopped
-/// (the end of flushed WAL, or the last record ending at or before `input.end`).
+/// Runs the replay of `input` over all flushed WAL and takes the builder's snapshot once
+/// the next record would end after `capture_at` (at the end when it is `None` or beyond).
 ///
 /// Errors: as [`run_trace`]; a broken `.snap` file met on branch b is the server's
 /// `data_corrupted` ERROR here (the server's decoder would fail there too).
-pub fn replay_to_end(input: &TraceInput) -> ReplayEnd {
+pub fn replay_capturing(input: &TraceInput, capture_at: Option<Lsn>) -> Captured {
     let p = &input.params;
     let version = p.major.snapbuild_version();
     check_wal_available(input.start);
-    let mut end = ReplayEnd {
-        replay: Replay::new(p, input.slot_db),
-        at: input.start,
-        last_record: None,
-        records: 0,
-        restored_from: None,
-    };
+    let mut replay = Replay::new(p, input.slot_db);
+    let mut at = input.start;
+    let mut last_record = None;
+    let mut restored_from = None;
+    let mut captured: Option<(
+        Result<BuiltSnapshot, SnapBuildState>,
+        SnapBuildState,
+        Lsn,
+        Option<Lsn>,
+        Option<Lsn>,
+    )> = None;
     let mut reader = WalReader::open(input.start);
     let mut restore = |lsn: Lsn| -> RestoreResult {
         match snapfiles::read_snapshot(lsn, version) {
@@ -263,10 +281,19 @@ pub fn replay_to_end(input: &TraceInput) -> ReplayEnd {
         if input.end.is_some_and(|e| rec.head.end_lsn > e) {
             break;
         }
-        match end.replay.feed(&rec.head, &rec.payload, &mut restore) {
+        if captured.is_none() && capture_at.is_some_and(|c| rec.head.end_lsn > c) {
+            captured = Some((
+                replay.builder.historic_snapshot(),
+                replay.builder.state,
+                at,
+                last_record,
+                restored_from,
+            ));
+        }
+        match replay.feed(&rec.head, &rec.payload, &mut restore) {
             Ok(row) => {
                 if row.restored_from.is_some() {
-                    end.restored_from = row.restored_from;
+                    restored_from = row.restored_from;
                 }
             }
             Err(e) => raise(
@@ -274,11 +301,26 @@ pub fn replay_to_end(input: &TraceInput) -> ReplayEnd {
                 e.error.message(&snapfiles::path_for(e.row.lsn)),
             ),
         }
-        end.at = rec.head.end_lsn;
-        end.last_record = Some(rec.head.lsn);
-        end.records += 1;
+        at = rec.head.end_lsn;
+        last_record = Some(rec.head.lsn);
     }
-    end
+    let (base, state, at, last_record, restored_from) = captured.unwrap_or_else(|| {
+        (
+            replay.builder.historic_snapshot(),
+            replay.builder.state,
+            at,
+            last_record,
+            restored_from,
+        )
+    });
+    Captured {
+        base,
+        state,
+        at,
+        last_record,
+        restored_from,
+        replay,
+    }
 }
 
 /// ERROR `undefined_file` naming `start` if its WAL segment was already removed.
@@ -321,7 +363,13 @@ type Row = (
         Option<PgLsn>,
     ),
     (Xid, bool),
-    (Option<String>, Option<String>, Option<bool>, Option<String>),
+    (
+        Option<String>,
+        Option<String>,
+        Option<bool>,
+        Option<String>,
+        Option<bool>,
+    ),
     (Option<Xid>, Option<Xid>, Option<Vec<Xid>>, Option<Vec<Xid>>),
 );
 
@@ -369,6 +417,7 @@ fn flatten(t: &Traced, p: &BuilderParams) -> Row {
             t.verdict.server_source.clone(),
             t.verdict.agrees,
             t.verdict.disagreement.clone(),
+            t.verdict.bytes_agree,
         ),
         match &r.serialized {
             Some(f) => (
@@ -412,6 +461,7 @@ type Columns = (
     Option<String>,
     Option<bool>,
     Option<String>,
+    Option<bool>,
     Option<Xid>,
     Option<Xid>,
     Option<Vec<Xid>>,
@@ -424,7 +474,7 @@ fn to_table(rows: TraceIter) -> TableIterator<'static, Columns> {
         let (a, b, c, d, e, f, g) = flatten(&t, &p);
         (
             a.0, a.1, a.2, a.3, a.4, a.5, a.6, b.0, b.1, b.2, b.3, b.4, b.5, c.0, c.1, c.2, d.0,
-            d.1, d.2, d.3, d.4, e.0, e.1, f.0, f.1, f.2, f.3, g.0, g.1, g.2, g.3,
+            d.1, d.2, d.3, d.4, e.0, e.1, f.0, f.1, f.2, f.3, f.4, g.0, g.1, g.2, g.3,
         )
     }))
 }
@@ -520,6 +570,7 @@ fn snapbuild_trace(
         name!(server_source, Option<String>),
         name!(agrees, Option<bool>),
         name!(disagreement, Option<String>),
+        name!(bytes_agree, Option<bool>),
         name!(serialized_xmin, Option<Xid>),
         name!(serialized_xmax, Option<Xid>),
         name!(serialized_committed_xip, Option<Vec<Xid>>),
@@ -588,6 +639,7 @@ fn snapbuild_trace_range(
         name!(server_source, Option<String>),
         name!(agrees, Option<bool>),
         name!(disagreement, Option<String>),
+        name!(bytes_agree, Option<bool>),
         name!(serialized_xmin, Option<Xid>),
         name!(serialized_xmax, Option<Xid>),
         name!(serialized_committed_xip, Option<Vec<Xid>>),
