@@ -1342,3 +1342,111 @@ fn s7_snapshot_info_matches_server() {
         env.major
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// 8. a creation waiting in BUILDING passes records another slot already serialized
+// ---------------------------------------------------------------------------------------
+
+/// While a slot is being created and waits for an open transaction (BUILDING), a second,
+/// consistent slot decodes past the RUNNING_XACTS records logged meanwhile, so `.snap`
+/// files exist at them before the creating builder reads them. The server (14.22, 15.19,
+/// 16.15 and 17+ alike) must not restore them during creation: it becomes consistent later,
+/// by branch a, at the LSN the creation returns. The replay of the creation
+/// (snapbuild_trace_range with in_slot_creation) must take no branch b and reach
+/// consistency on the same record.
+#[test]
+fn s8_creation_does_not_restore_files_written_meanwhile() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let (sa, sb) = ("pgsnap_s8a", "pgsnap_s8b");
+    let _ga = SlotGuard::new(&env, sa);
+    let _gb = SlotGuard::new(&env, sb);
+    c.batch_execute("DROP TABLE IF EXISTS pgsnap_s8t; CREATE TABLE pgsnap_s8t(a int)")
+        .unwrap();
+    create_slot(&env, sa);
+    let xa = OpenXact::begin(&env, "pgsnap-s8-x");
+    let off = log_offset(&env);
+    let cr = Creation::start(&env, sb, "test_decoding");
+    let pid = cr.pid;
+    wait_for("the creating backend to wait for x (c-1)", WAIT, || {
+        waits_for_xid(&mut c, pid, xa.xid)
+    });
+    // Two RUNNING_XACTS while x runs; the consistent slot decodes past both and writes
+    // their files.
+    let mut written = Vec::new();
+    for i in 0..2 {
+        env.log_standby_snapshot(&mut c);
+        c.batch_execute(&format!("INSERT INTO pgsnap_s8t VALUES ({i})"))
+            .unwrap();
+        c.execute(
+            "SELECT count(*) FROM pg_logical_slot_get_changes($1, NULL, NULL)",
+            &[&sa],
+        )
+        .unwrap();
+    }
+    let files_before = server_snap_files(&mut c);
+    let restart_b = server_slot(&mut c, sb).restart_lsn;
+    for name in files_before.keys() {
+        if snap_lsn(name).is_some_and(|l| l > restart_b) {
+            written.push(name.clone());
+        }
+    }
+    assert!(
+        !written.is_empty(),
+        "no .snap file was written past the creation's start {}",
+        fmt_lsn(restart_b)
+    );
+    xa.commit();
+    let ret = cr.wait(CREATE_TIMEOUT);
+    let msgs = builder_messages(&log_entries_since(&env, off), pid);
+    assert!(
+        msgs.iter().all(|(_, e)| e.detail.as_deref()
+            != Some("Logical decoding will begin using saved snapshot.")),
+        "the creating backend restored a snapshot:\n{}",
+        dump_log(&msgs)
+    );
+    let ss = server_slot(&mut c, sb);
+    let rows = json_rows(
+        &mut c,
+        "SELECT lsn::text AS lsn, end_lsn::text AS end_lsn, branch, state_before, state
+           FROM snapbuild_trace_range($1::text::pg_lsn, NULL, $2::text::xid, true)
+          WHERE record = 'RUNNING_XACTS'",
+        &[
+            &fmt_lsn(ss.restart_lsn),
+            &ss.catalog_xmin.unwrap_or(0).to_string(),
+        ],
+    )
+    .unwrap();
+    let consistent = rows
+        .iter()
+        .find(|r| {
+            js(r, "state_before").as_deref() != Some("consistent")
+                && js(r, "state").as_deref() == Some("consistent")
+        })
+        .unwrap_or_else(|| panic!("the replayed creation never became consistent: {rows:?}"));
+    assert_ne!(js(consistent, "branch").as_deref(), Some("b"), "{rows:?}");
+    assert_eq!(
+        jlsn(consistent, "end_lsn"),
+        Some(ret),
+        "replayed creation vs the LSN the server returned: {rows:?}"
+    );
+    // Outside creation, the same files are restorable: a replay with in_slot_creation
+    // false takes b on the first of them it meets.
+    let restart_rows = json_rows(
+        &mut c,
+        "SELECT branch FROM snapbuild_trace_range($1::text::pg_lsn, NULL, $2::text::xid, false) WHERE branch = 'b'",
+        &[&fmt_lsn(ss.restart_lsn), &ss.catalog_xmin.unwrap_or(0).to_string()],
+    )
+    .unwrap();
+    c.batch_execute("DROP TABLE pgsnap_s8t").unwrap();
+    println!(
+        "pgsnap-counts: s8 PG{} files written during the creation {} server restored none; replay consistent at {} = returned {}; \
+         outside creation the replay restores {}",
+        env.major,
+        written.len(),
+        fmt_lsn(jlsn(consistent, "end_lsn").unwrap_or(0)),
+        fmt_lsn(ret),
+        restart_rows.len()
+    );
+}

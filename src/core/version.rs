@@ -25,10 +25,14 @@ impl PgMajor {
         }
     }
 
-    /// Branch b) of SnapBuildFindSnapshot is refused while a slot is being created
-    /// (`builder->in_slot_creation`) — the field the builder has from 17 on.
+    /// Branch b) of SnapBuildFindSnapshot is refused while a slot is being created. From
+    /// 17 the builder keeps `in_slot_creation` (and serializes it); the minor releases of
+    /// 14, 15 and 16 this project runs on (14.22, 15.19, 16.15) refuse it too, without the
+    /// field: a creation waiting in BUILDING passed RUNNING_XACTS records whose `.snap`
+    /// files another slot had already written and did not restore them (real-server check
+    /// in pgrx-tests, `s8`). Older minor releases did restore.
     pub fn restore_checks_in_slot_creation(self) -> bool {
-        self.0 >= 17
+        true
     }
 
     /// 14 and 15 keep the xids of the running-xacts record that a restore used
