@@ -18,12 +18,22 @@ REVOKE ALL ON FUNCTION snapbuild_trace(name, bool) FROM PUBLIC;
 REVOKE ALL ON FUNCTION snapbuild_trace_json(name, bool) FROM PUBLIC;
 REVOKE ALL ON FUNCTION snapbuild_trace_range(pg_lsn, pg_lsn, xid, bool, bool, pg_lsn, bool) FROM PUBLIC;
 REVOKE ALL ON FUNCTION snapbuild_slots() FROM PUBLIC;
+REVOKE ALL ON FUNCTION snapbuild_historic_snapshot(name, pg_lsn, xid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION snapbuild_historic_snapshot_from_file(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION snapbuild_visibility(regclass, name, pg_lsn, xid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION snapbuild_historic_visible(xid, xid, integer, integer, xid, xid, xid[], xid[], integer, integer, xid, xid[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION snapbuild_slot_prediction(name, pg_lsn) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION snapbuild_snapshot_info(text) TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_snapshot_files() TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_trace(name, bool) TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_trace_json(name, bool) TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_trace_range(pg_lsn, pg_lsn, xid, bool, bool, pg_lsn, bool) TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_slots() TO pg_monitor;
+GRANT EXECUTE ON FUNCTION snapbuild_historic_snapshot(name, pg_lsn, xid) TO pg_read_server_files;
+GRANT EXECUTE ON FUNCTION snapbuild_historic_snapshot_from_file(text) TO pg_read_server_files;
+GRANT EXECUTE ON FUNCTION snapbuild_visibility(regclass, name, pg_lsn, xid) TO pg_read_server_files;
+GRANT EXECUTE ON FUNCTION snapbuild_historic_visible(xid, xid, integer, integer, xid, xid, xid[], xid[], integer, integer, xid, xid[]) TO pg_read_server_files;
+GRANT EXECUTE ON FUNCTION snapbuild_slot_prediction(name, pg_lsn) TO pg_read_server_files;
 "#,
     name = "privileges",
     finalize
@@ -108,6 +118,136 @@ mod tests {
     fn trace_physical_slot_is_refused() {
         Spi::run("SELECT pg_create_physical_replication_slot('pgt_phys2', true)").unwrap();
         Spi::run("SELECT * FROM snapbuild_trace('pgt_phys2')").unwrap();
+    }
+
+    /// `snapbuild_historic_visible` on a case per branch of HeapTupleSatisfiesHistoricMVCC
+    /// (commit-log answers given, so nothing depends on this cluster's history).
+    #[pg_test]
+    fn historic_visible_what_if_covers_every_branch() {
+        // snapshot xmin 100, xmax 200, xip {150}; decoding transaction 160 at curcid 3.
+        let snap = "'100', '200', '{150}', '{160}', 3";
+        #[rustfmt::skip]
+        let cases: &[(&str, &str, i32, &str, &str, bool, &str)] = &[
+            // t_xmin, t_xmax, infomask, cid, extra arguments, visible, branch
+            ("150", "0", 0x0a00, "NULL", "", false, "xmin invalid"),
+            ("160", "0", 0x0800, "NULL", "", false, "xmin ours, unresolved"),
+            ("160", "0", 0x0800, "3", "", false, "xmin ours, cmin >= curcid"),
+            ("160", "0", 0x0800, "2", "", true, "xmin ours, cmin < curcid; xmax invalid"),
+            ("90", "0", 0x0900, "NULL", "", true, "xmin < snapshot xmin, committed hint; xmax invalid"),
+            ("91", "0", 0x0800, "NULL", "", true, "xmin < snapshot xmin, clog committed; xmax invalid"),
+            ("92", "0", 0x0800, "NULL", "", false, "xmin < snapshot xmin, not committed"),
+            ("200", "0", 0x0900, "NULL", "", false, "xmin >= snapshot xmax"),
+            ("150", "0", 0x0800, "NULL", "", true, "xmin in xip; xmax invalid"),
+            ("151", "0", 0x0900, "NULL", "", false, "xmin in [xmin, xmax), not in xip"),
+            ("90", "151", 0x0190, "NULL", "", true, "xmin < snapshot xmin, committed hint; xmax locked only"),
+            ("90", "7", 0x1110, "NULL", ", update_xid => '150'", false, "xmin < snapshot xmin, committed hint; xmax in xip"),
+            ("90", "160", 0x0100, "NULL", "", true, "xmin < snapshot xmin, committed hint; xmax ours, unresolved"),
+            ("90", "160", 0x0100, "1", ", cmax => -1", true, "xmin < snapshot xmin, committed hint; xmax ours, no cmax"),
+            ("90", "160", 0x0100, "1", ", cmax => 3", true, "xmin < snapshot xmin, committed hint; xmax ours, cmax >= curcid"),
+            ("90", "160", 0x0100, "1", ", cmax => 2", false, "xmin < snapshot xmin, committed hint; xmax ours, cmax < curcid"),
+            ("90", "95", 0x0500, "NULL", "", false, "xmin < snapshot xmin, committed hint; xmax < snapshot xmin, committed hint"),
+            ("90", "96", 0x0100, "NULL", "", false, "xmin < snapshot xmin, committed hint; xmax < snapshot xmin, clog committed"),
+            ("90", "97", 0x0100, "NULL", "", true, "xmin < snapshot xmin, committed hint; xmax < snapshot xmin, not committed"),
+            ("90", "250", 0x0500, "NULL", "", true, "xmin < snapshot xmin, committed hint; xmax >= snapshot xmax"),
+            ("90", "150", 0x0100, "NULL", "", false, "xmin < snapshot xmin, committed hint; xmax in xip"),
+            ("90", "151", 0x0500, "NULL", "", true, "xmin < snapshot xmin, committed hint; xmax in [xmin, xmax), not in xip"),
+        ];
+        for (xmin, xmax, mask, cid, extra, visible, branch) in cases {
+            let sql = format!(
+                "SELECT row(visible, branch)::text FROM snapbuild_historic_visible('{xmin}', '{xmax}', {mask}, {cid}, {snap}, committed => '{{91,96}}'{extra})"
+            );
+            let got = Spi::get_one::<String>(&sql).unwrap().unwrap();
+            let want = format!("({},\"{branch}\")", if *visible { "t" } else { "f" });
+            assert_eq!(got, want, "{sql}");
+        }
+        // Across the wrap: xmin 4294967290, xmax 10; 5 is in xip, 4294967280 is older.
+        let wrap = "'4294967290', '10', '{5}'";
+        let v = Spi::get_one::<String>(&format!(
+            "SELECT branch FROM snapbuild_historic_visible('5', '0', 2048, NULL, {wrap})"
+        ))
+        .unwrap();
+        assert_eq!(v.as_deref(), Some("xmin in xip; xmax invalid"));
+        let v = Spi::get_one::<String>(&format!(
+            "SELECT branch FROM snapbuild_historic_visible('4294967280', '0', 2304, NULL, {wrap})"
+        ))
+        .unwrap();
+        assert_eq!(
+            v.as_deref(),
+            Some("xmin < snapshot xmin, committed hint; xmax invalid")
+        );
+    }
+
+    #[pg_test]
+    fn historic_visible_refuses_bad_input() {
+        let (code, _) = error_of(
+            "SELECT * FROM snapbuild_historic_visible('90', '7', 4352, NULL, '100', '200', '{}', committed => '{}')",
+        )
+        .unwrap();
+        assert_eq!(code, PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE); // multixact, no update_xid
+        let (code, _) = error_of(
+            "SELECT * FROM snapbuild_historic_visible('90', '0', 70000, NULL, '100', '200', '{}')",
+        )
+        .unwrap();
+        assert_eq!(code, PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE);
+        let (code, _) = error_of(
+            "SELECT * FROM snapbuild_historic_visible('90', '0', 0, NULL, '100', '200', '{1,NULL}')",
+        )
+        .unwrap();
+        assert_eq!(code, PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED);
+    }
+
+    #[pg_test]
+    fn historic_functions_null_arguments_and_file_errors() {
+        let rows =
+            Spi::get_one::<i64>("SELECT count(*) FROM snapbuild_visibility(NULL, 'x')").unwrap();
+        assert_eq!(rows, Some(0));
+        let rows =
+            Spi::get_one::<i64>("SELECT count(*) FROM snapbuild_historic_snapshot(NULL)").unwrap();
+        assert_eq!(rows, Some(0));
+        let (code, msg) =
+            error_of("SELECT * FROM snapbuild_historic_snapshot_from_file('0-1.snap.tmp')")
+                .unwrap();
+        assert_eq!(
+            code,
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "{msg}"
+        );
+        let (code, _) =
+            error_of("SELECT * FROM snapbuild_historic_snapshot_from_file('FFFFFFFF-1.snap')")
+                .unwrap();
+        assert_eq!(code, PgSqlErrorCode::ERRCODE_UNDEFINED_FILE);
+    }
+
+    /// What one backend can check: slots that give no historic snapshot. (A logical slot
+    /// cannot be created inside the test's transaction, which has an xid; the historic
+    /// functions on logical slots are checked by pgrx-tests/tests/historic_visibility.rs.)
+    #[pg_test]
+    fn historic_functions_refuse_slots_without_a_decoder() {
+        for sql in [
+            "SELECT * FROM snapbuild_historic_snapshot('pgt_no_slot')",
+            "SELECT * FROM snapbuild_visibility('pg_class', 'pgt_no_slot')",
+        ] {
+            let (code, msg) = error_of(sql).unwrap();
+            assert_eq!(code, PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT, "{sql}");
+            assert_eq!(msg, "replication slot \"pgt_no_slot\" does not exist");
+        }
+        Spi::run("SELECT pg_create_physical_replication_slot('pgt_hv_phys', true)").unwrap();
+        for sql in [
+            "SELECT * FROM snapbuild_historic_snapshot('pgt_hv_phys')",
+            "SELECT * FROM snapbuild_visibility('pg_class', 'pgt_hv_phys', NULL, '1')",
+        ] {
+            let (code, msg) = error_of(sql).unwrap();
+            assert_eq!(
+                code,
+                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                "{sql}"
+            );
+            assert_eq!(
+                msg,
+                "replication slot \"pgt_hv_phys\" is not a logical slot"
+            );
+        }
+        Spi::run("SELECT pg_drop_replication_slot('pgt_hv_phys')").unwrap();
     }
 
     #[pg_test]

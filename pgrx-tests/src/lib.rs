@@ -350,6 +350,34 @@ impl OpenXact {
         let mut c = self.client.take().unwrap();
         c.batch_execute("COMMIT").unwrap();
     }
+
+    /// Runs SQL that returns one value inside the open transaction, as text.
+    pub fn text(&mut self, sql: &str) -> String {
+        let q = format!("SELECT ({sql})::text");
+        self.client
+            .as_mut()
+            .unwrap()
+            .query_one(q.as_str(), &[])
+            .unwrap_or_else(|e| panic!("{sql}: {}", err_text(&e)))
+            .get(0)
+    }
+
+    /// The current WAL insert position, seen from inside the transaction.
+    pub fn insert_lsn(&mut self) -> u64 {
+        parse_lsn(&self.text("pg_current_wal_insert_lsn()"))
+    }
+
+    pub fn rollback(mut self) {
+        let mut c = self.client.take().unwrap();
+        c.batch_execute("ROLLBACK").unwrap();
+    }
+
+    /// Ends the transaction with `PREPARE TRANSACTION gid` (the session stays usable).
+    pub fn prepare(mut self, gid: &str) {
+        let mut c = self.client.take().unwrap();
+        c.batch_execute(&format!("PREPARE TRANSACTION '{gid}'"))
+            .unwrap();
+    }
 }
 
 impl Drop for OpenXact {

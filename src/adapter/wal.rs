@@ -239,6 +239,28 @@ impl WalReader {
         }
     }
 
+    /// Like [`WalReader::open`], but `None` (not an ERROR) when no complete record can be
+    /// found at or after `start` yet (e.g. the next one is not entirely flushed).
+    pub fn try_open(start: Lsn) -> Option<Self> {
+        if start.0 < pg_sys::XLOG_BLCKSZ as u64 {
+            return None;
+        }
+        unsafe {
+            let reader = compat::allocate();
+            if reader.is_null() {
+                raise(
+                    C::ERRCODE_OUT_OF_MEMORY,
+                    "out of memory while allocating a WAL reading processor",
+                );
+            }
+            let this = WalReader {
+                reader,
+                with_names: false,
+            };
+            (compat::find_first(reader, start.0) != 0).then_some(this)
+        }
+    }
+
     /// Reads the next record; `None` at the end of flushed WAL.
     ///
     /// Errors: `internal_error` ("could not read WAL at …") for a broken record,

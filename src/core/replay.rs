@@ -630,4 +630,152 @@ mod tests {
             f.encode()
         );
     }
+
+    /// NEW_CID records through the dispatch: the decoding transaction's snapshot copy,
+    /// curcid along its replay, subtransactions (a rolled-back one leaves with its
+    /// command ids), the tuple-cid list, and what is kept once it commits.
+    #[test]
+    fn new_cid_records_give_the_historic_view() {
+        use crate::historic::{RelFileLocator, TupleCidKey, INVALID_COMMAND_ID};
+        use crate::snapbuild::{SnapshotOrigin, TxnStatus};
+        let p = BuilderParams {
+            major: PgMajor(18),
+            initial_xmin_horizon: 0,
+            start_decoding_at: Lsn(0),
+            building_full_snapshot: false,
+            in_slot_creation: false,
+            two_phase_at: Lsn(0),
+        };
+        let mut r = Replay::new(&p, 5);
+        let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
+        let head = |lsn: u64, kind: RecordKind, xid, top_xid| RecordHead {
+            lsn: Lsn(lsn),
+            end_lsn: Lsn(lsn + 8),
+            xid,
+            top_xid,
+            rmid: match kind {
+                RecordKind::RunningXacts => crate::records::RM_STANDBY_ID,
+                RecordKind::NewCid => crate::records::RM_HEAP2_ID,
+                _ => RM_XACT_ID,
+            },
+            kind,
+            name: None,
+        };
+        let new_cid = |top, offset, cmin, cmax| {
+            Payload::NewCid(NewCid {
+                top_xid: top,
+                cmin,
+                cmax,
+                combocid: INVALID_COMMAND_ID,
+                target: TupleCidKey {
+                    locator: RelFileLocator {
+                        spc_oid: 1663,
+                        db_oid: 5,
+                        rel_number: 1259,
+                    },
+                    block: 0,
+                    offset,
+                },
+            })
+        };
+        // Before FULL_SNAPSHOT there is no historic snapshot.
+        assert_eq!(r.historic_view(None).unwrap_err(), SnapBuildState::Start);
+        let rx = RunningXacts {
+            xcnt: 0,
+            subxcnt: 0,
+            subxid_overflow: false,
+            next_xid: 700,
+            oldest_running_xid: 700,
+            latest_completed_xid: 699,
+            xids: vec![],
+        };
+        r.feed(
+            &head(100, RecordKind::RunningXacts, 0, 0),
+            &Payload::RunningXacts(rx),
+            &mut none,
+        )
+        .unwrap();
+        let v = r.historic_view(None).unwrap();
+        assert_eq!(v.base.origin, SnapshotOrigin::BuiltNow);
+        assert_eq!(
+            (v.snapshot.xmin, v.snapshot.xmax, v.snapshot.curcid),
+            (700, 700, 0)
+        );
+        // 700: command 0 inserts (0,1); subtransaction 701 (command 1) inserts (0,2) and
+        // is rolled back; command 2 updates (0,1).
+        let inv = INVALID_COMMAND_ID;
+        r.feed(
+            &head(200, RecordKind::NewCid, 700, 0),
+            &new_cid(700, 1, 0, inv),
+            &mut none,
+        )
+        .unwrap();
+        r.feed(
+            &head(210, RecordKind::NewCid, 701, 700),
+            &new_cid(700, 2, 1, inv),
+            &mut none,
+        )
+        .unwrap();
+        let v = r.historic_view(Some(701)).unwrap();
+        assert_eq!(v.snapshot.subxip, vec![700, 701]);
+        assert_eq!(v.snapshot.curcid, 2);
+        r.feed(
+            &head(220, RecordKind::Abort, 701, 0),
+            &Payload::Abort {
+                xid: 701,
+                subxacts: vec![],
+            },
+            &mut none,
+        )
+        .unwrap();
+        r.feed(
+            &head(230, RecordKind::NewCid, 700, 0),
+            &new_cid(700, 1, 0, 2),
+            &mut none,
+        )
+        .unwrap();
+        let d = r.builder.reorder.decoding_txn(700);
+        assert_eq!(d.status, TxnStatus::InProgress);
+        assert!(d.subxacts.is_empty());
+        // The rolled-back subtransaction's command id went with it; its mapping did not.
+        assert_eq!(d.command_ids, vec![(Lsn(200), 1), (Lsn(230), 3)]);
+        assert_eq!(d.tuplecids.len(), 3);
+        // Along the replay: after the first record curcid 1, at the end 3; the hash is
+        // the whole list either way.
+        let base = r.builder.historic_snapshot().unwrap();
+        let at_first = historic_view(base.clone(), Some(d.clone()), Lsn(200));
+        assert_eq!(
+            (at_first.snapshot.curcid, at_first.snapshot.subxip.clone()),
+            (1, vec![700])
+        );
+        assert_eq!(at_first.tuplecids.as_ref().map(Vec::len), Some(3));
+        let before = historic_view(base.clone(), Some(d.clone()), Lsn(199));
+        assert_eq!((before.snapshot.curcid, before.snapshot.copied), (0, false));
+        assert!(before.snapshot.subxip.is_empty());
+        // Commit: 700 enters xip, the snapshot is rebuilt there, and 700's view is kept.
+        r.feed(
+            &head(300, RecordKind::Commit, 700, 0),
+            &Payload::Commit {
+                xid: 700,
+                subxacts: vec![],
+                has_invals: true,
+                db_id: 5,
+            },
+            &mut none,
+        )
+        .unwrap();
+        let v = r.historic_view(Some(700)).unwrap();
+        assert_eq!(v.base.origin, SnapshotOrigin::CatalogCommit(700));
+        assert_eq!(v.base.built_at, Some(Lsn(300)));
+        assert_eq!((v.snapshot.xip.clone(), v.snapshot.xmax), (vec![700], 701));
+        assert_eq!(v.snapshot.subxip, vec![700]);
+        assert_eq!(v.snapshot.curcid, 3);
+        assert_eq!(
+            v.decoding.as_ref().map(|d| d.status),
+            Some(TxnStatus::Committed(Lsn(300)))
+        );
+        // Asked through the rolled-back subtransaction: unknown now.
+        let d = r.builder.reorder.decoding_txn(701);
+        assert_eq!(d.status, TxnStatus::Unknown);
+    }
 }

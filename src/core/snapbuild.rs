@@ -187,9 +187,9 @@ struct Txn {
     base_snapshot: Option<(Lsn, TransactionId)>,
     /// `tuplecids` (top-level transactions): the NEW_CID mappings, in record order.
     tuplecids: Vec<TupleCid>,
-    /// The largest command id queued for this (sub)transaction by
-    /// ReorderBufferAddNewCommandId (replay keeps the running maximum).
-    command_id: Option<CommandId>,
+    /// The command ids queued for this (sub)transaction by ReorderBufferAddNewCommandId,
+    /// with the LSN of the record that queued each.
+    command_ids: Vec<(Lsn, CommandId)>,
 }
 
 /// How the reorder buffer last saw a transaction (for [`DecodingTxn`]).
@@ -205,6 +205,20 @@ pub enum TxnStatus {
     ForgottenAsOld(Lsn),
     /// No record of it was decoded.
     Unknown,
+}
+
+impl DecodingTxn {
+    /// The command id ReorderBufferProcessTXN has reached once it replayed the
+    /// transaction's changes up to and including the record at `upto`: the largest
+    /// command-id change queued at or before it (replay keeps the running maximum),
+    /// `None` before the first.
+    pub fn command_id_upto(&self, upto: Lsn) -> Option<CommandId> {
+        self.command_ids
+            .iter()
+            .filter(|c| c.0 <= upto)
+            .map(|c| c.1)
+            .max()
+    }
 }
 
 impl TxnStatus {
@@ -227,8 +241,10 @@ pub struct DecodingTxn {
     pub top: TransactionId,
     /// Its subtransactions still attached (aborted ones are gone).
     pub subxacts: Vec<TransactionId>,
-    /// The command id replay reaches: the largest queued for it or its subtransactions.
-    pub command_id: Option<CommandId>,
+    /// The command ids queued for it and its attached subtransactions, with the LSN of
+    /// the NEW_CID record that queued each (those of aborted subtransactions are gone
+    /// with them), in LSN order.
+    pub command_ids: Vec<(Lsn, CommandId)>,
     /// `RBTXN_HAS_CATALOG_CHANGES` of the top-level transaction.
     pub catalog_changes: bool,
     /// Its tuple-cid list.
@@ -414,13 +430,13 @@ impl ReorderModel {
         }
         self.process_xid(x, lsn);
         if let Some(t) = self.txns.get_mut(&x) {
-            t.command_id = Some(t.command_id.map_or(cid, |c| c.max(cid)));
+            t.command_ids.push((lsn, cid));
         }
     }
 
     /// The inputs ReorderBufferProcessTXN would use for `x`'s top-level transaction now:
-    /// its attached subtransactions, the largest command id queued for any of them,
-    /// the catalog-change flag and the tuple-cid list. `extra_subxacts` are xids a
+    /// its attached subtransactions, the command ids queued for any of them, the
+    /// catalog-change flag and the tuple-cid list. `extra_subxacts` are xids a
     /// commit record lists (ReorderBufferCommitChild attaches the known ones).
     fn view(
         &self,
@@ -435,18 +451,17 @@ impl ReorderModel {
                 subxacts.push(*s);
             }
         }
-        let command_id = std::iter::once(t.command_id)
-            .chain(
-                subxacts
-                    .iter()
-                    .map(|s| self.txns.get(s).and_then(|st| st.command_id)),
-            )
-            .flatten()
-            .max();
+        let mut command_ids = t.command_ids.clone();
+        for s in &subxacts {
+            if let Some(st) = self.txns.get(s) {
+                command_ids.extend_from_slice(&st.command_ids);
+            }
+        }
+        command_ids.sort_by_key(|c| c.0);
         Some(DecodingTxn {
             top,
             subxacts,
-            command_id,
+            command_ids,
             catalog_changes: t.catalog_changes,
             tuplecids: t.tuplecids.clone(),
             status,
@@ -469,7 +484,7 @@ impl ReorderModel {
         DecodingTxn {
             top: x,
             subxacts: Vec::new(),
-            command_id: None,
+            command_ids: Vec::new(),
             catalog_changes: false,
             tuplecids: Vec::new(),
             status: TxnStatus::Unknown,
@@ -1454,7 +1469,7 @@ mod tests {
     }
 
     #[test]
-    fn branch_b_only_outside_slot_creation_on_18() {
+    fn branch_b_only_outside_slot_creation() {
         let file = consistent_file(900, 901);
         let mut with_file = |_: Lsn| -> RestoreResult { Ok(Some(file.clone())) };
         let mut creating = SnapBuild::new(&params(18));
@@ -1477,11 +1492,19 @@ mod tests {
             "Logical decoding will begin using saved snapshot."
         );
 
-        // PostgreSQL 15's builder has no in_slot_creation test.
-        let mut pg15 = SnapBuild::new(&params(15));
+        // 15 refuses the restore during creation too, and after a restore outside creation
+        // remembers the record's running xids (InitialRunningXacts).
         let mut f15 = file.clone();
         f15.version = 4;
         let mut with15 = |_: Lsn| -> RestoreResult { Ok(Some(f15.clone())) };
+        let mut creating15 = SnapBuild::new(&params(15));
+        let s = creating15
+            .process_running_xacts(Lsn(0x500), &rx(899, 902, &[899]), &mut with15)
+            .unwrap();
+        assert_eq!(s.branch, Branch::C1);
+        let mut p15 = params(15);
+        p15.in_slot_creation = false;
+        let mut pg15 = SnapBuild::new(&p15);
         let s = pg15
             .process_running_xacts(Lsn(0x500), &rx(899, 902, &[899]), &mut with15)
             .unwrap();

@@ -249,6 +249,15 @@ pub struct Captured {
     pub replay: Replay,
 }
 
+/// [`Captured`] without the replay.
+struct Captured0 {
+    base: Result<BuiltSnapshot, SnapBuildState>,
+    state: SnapBuildState,
+    at: Lsn,
+    last_record: Option<Lsn>,
+    restored_from: Option<Lsn>,
+}
+
 /// Runs the replay of `input` over all flushed WAL and takes the builder's snapshot once
 /// the next record would end after `capture_at` (at the end when it is `None` or beyond).
 ///
@@ -262,13 +271,7 @@ pub fn replay_capturing(input: &TraceInput, capture_at: Option<Lsn>) -> Captured
     let mut at = input.start;
     let mut last_record = None;
     let mut restored_from = None;
-    let mut captured: Option<(
-        Result<BuiltSnapshot, SnapBuildState>,
-        SnapBuildState,
-        Lsn,
-        Option<Lsn>,
-        Option<Lsn>,
-    )> = None;
+    let mut captured: Option<Captured0> = None;
     let mut reader = WalReader::open(input.start);
     let mut restore = |lsn: Lsn| -> RestoreResult {
         match snapfiles::read_snapshot(lsn, version) {
@@ -282,13 +285,13 @@ pub fn replay_capturing(input: &TraceInput, capture_at: Option<Lsn>) -> Captured
             break;
         }
         if captured.is_none() && capture_at.is_some_and(|c| rec.head.end_lsn > c) {
-            captured = Some((
-                replay.builder.historic_snapshot(),
-                replay.builder.state,
+            captured = Some(Captured0 {
+                base: replay.builder.historic_snapshot(),
+                state: replay.builder.state,
                 at,
                 last_record,
                 restored_from,
-            ));
+            });
         }
         match replay.feed(&rec.head, &rec.payload, &mut restore) {
             Ok(row) => {
@@ -304,21 +307,19 @@ pub fn replay_capturing(input: &TraceInput, capture_at: Option<Lsn>) -> Captured
         at = rec.head.end_lsn;
         last_record = Some(rec.head.lsn);
     }
-    let (base, state, at, last_record, restored_from) = captured.unwrap_or_else(|| {
-        (
-            replay.builder.historic_snapshot(),
-            replay.builder.state,
-            at,
-            last_record,
-            restored_from,
-        )
-    });
-    Captured {
-        base,
-        state,
+    let c = captured.unwrap_or(Captured0 {
+        base: replay.builder.historic_snapshot(),
+        state: replay.builder.state,
         at,
         last_record,
         restored_from,
+    });
+    Captured {
+        base: c.base,
+        state: c.state,
+        at: c.at,
+        last_record: c.last_record,
+        restored_from: c.restored_from,
         replay,
     }
 }
