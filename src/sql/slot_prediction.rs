@@ -105,11 +105,15 @@ fn snapbuild_slot_prediction(
             waited_ms += 10;
             pgrx::check_for_interrupts!();
             if flush_lsn() > last_end {
-                reader = WalReader::open(if last_end.is_valid() {
+                let from = if last_end.is_valid() {
                     Lsn(last_end.0.div_ceil(8) * 8)
                 } else {
                     Lsn(slot.restart_lsn)
-                });
+                };
+                // The next record may still be only partly flushed: keep waiting then.
+                if let Some(r) = WalReader::try_open(from) {
+                    reader = r;
+                }
             }
             continue;
         };
