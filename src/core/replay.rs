@@ -752,7 +752,9 @@ mod tests {
         let before = historic_view(base.clone(), Some(d.clone()), Lsn(199));
         assert_eq!((before.snapshot.curcid, before.snapshot.copied), (0, false));
         assert!(before.snapshot.subxip.is_empty());
-        // Commit: 700 enters xip, the snapshot is rebuilt there, and 700's view is kept.
+        // Commit: 700 enters xip, the snapshot is rebuilt there, and 700's view is kept
+        // (the question about 700 is registered; nothing else is remembered).
+        r.builder.reorder.remember = Some(700);
         r.feed(
             &head(300, RecordKind::Commit, 700, 0),
             &Payload::Commit {

@@ -6,7 +6,7 @@
 //! function of snapbuild.c or decode.c and returns what it decided, so a trace can show
 //! the branch, the texts the server logs, and the xids it would wait for.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::historic::{CommandId, HistoricSnapshot, TupleCid};
 use crate::lsn::{snap_file_name, Lsn, INVALID_LSN};
@@ -179,8 +179,9 @@ struct Txn {
     catalog_changes: bool,
     /// Assigned subtransactions (for top-level ones).
     subxacts: Vec<TransactionId>,
-    /// `first_lsn`: the first record seen for it.
-    first_lsn: Lsn,
+    /// Its key in `ReorderModel::toplevel` while top-level: the order of `first_lsn`,
+    /// which records are read in.
+    seq: u64,
     /// `restart_decoding_lsn`: the last serialization point before it began.
     restart_decoding_lsn: Lsn,
     /// `base_snapshot_lsn` and the xmin of `base_snapshot`, once a change was decoded.
@@ -257,8 +258,15 @@ pub struct DecodingTxn {
 #[derive(Clone, Debug, Default)]
 pub struct ReorderModel {
     txns: HashMap<TransactionId, Txn>,
-    /// Top-level xids in first-LSN order (`toplevel_by_lsn`).
-    toplevel: Vec<TransactionId>,
+    /// Top-level xids in first-LSN order (`toplevel_by_lsn`), keyed by a first-seen
+    /// counter so that removing one is O(log n), as the server's list removal is O(1).
+    toplevel: BTreeMap<u64, TransactionId>,
+    next_seq: u64,
+    /// The transaction whose state is kept when the reorder buffer lets go of it, for a
+    /// question asked about it later (a top-level xid or one of its subtransactions).
+    /// `None` keeps nothing: the model then holds only what the server's reorder buffer
+    /// holds, and a trace's memory does not grow with the WAL it reads.
+    pub remember: Option<TransactionId>,
     /// `current_restart_decoding_lsn`: set at each serialization or restore.
     pub current_restart_decoding_lsn: Lsn,
     /// Top-level transactions the reorder buffer has let go of, as they were just before
@@ -270,16 +278,19 @@ pub struct ReorderModel {
 
 impl ReorderModel {
     /// Re-runs reorderbuffer.c ReorderBufferProcessXid: make sure `xid` is known
-    /// (created with `first_lsn = lsn` and the current restart point).
-    pub fn process_xid(&mut self, xid: TransactionId, lsn: Lsn) {
+    /// (created with the current restart point; records arrive in LSN order, so a
+    /// first-seen counter stands for `first_lsn`).
+    pub fn process_xid(&mut self, xid: TransactionId, _lsn: Lsn) {
         if xid::is_valid(xid) && !self.txns.contains_key(&xid) {
+            let seq = self.next_seq;
+            self.next_seq += 1;
             let t = Txn {
-                first_lsn: lsn,
+                seq,
                 restart_decoding_lsn: self.current_restart_decoding_lsn,
                 ..Txn::default()
             };
             self.txns.insert(xid, t);
-            self.toplevel.push(xid);
+            self.toplevel.insert(seq, xid);
         }
     }
 
@@ -292,10 +303,13 @@ impl ReorderModel {
         }
         match self.txns.get(&sub).map(|t| t.top) {
             Some(Some(_)) => return, // already a known subtransaction
-            Some(None) => self.toplevel.retain(|x| *x != sub),
+            Some(None) => {
+                if let Some(seq) = self.txns.get(&sub).map(|t| t.seq) {
+                    self.toplevel.remove(&seq);
+                }
+            }
             None => {
                 let t = Txn {
-                    first_lsn: lsn,
                     restart_decoding_lsn: self.current_restart_decoding_lsn,
                     ..Txn::default()
                 };
@@ -357,15 +371,8 @@ impl ReorderModel {
     /// Re-runs reorderbuffer.c ReorderBufferGetOldestTXN: the top-level transaction with
     /// the lowest first_lsn, as (xid, restart_decoding_lsn).
     pub fn oldest_txn(&self) -> Option<(TransactionId, Lsn)> {
-        self.toplevel
-            .iter()
-            .filter_map(|x| {
-                self.txns
-                    .get(x)
-                    .map(|t| (t.first_lsn, *x, t.restart_decoding_lsn))
-            })
-            .min_by_key(|t| t.0)
-            .map(|t| (t.1, t.2))
+        let (_, x) = self.toplevel.first_key_value()?;
+        self.txns.get(x).map(|t| (*x, t.restart_decoding_lsn))
     }
 
     /// Re-runs reorderbuffer.c ReorderBufferXidSetCatalogChanges: flags `xid` and,
@@ -405,7 +412,9 @@ impl ReorderModel {
                         tt.subxacts.retain(|x| *x != xid);
                     }
                 }
-                None => self.toplevel.retain(|x| *x != xid),
+                None => {
+                    self.toplevel.remove(&t.seq);
+                }
             }
         }
     }
@@ -499,7 +508,14 @@ impl ReorderModel {
         subxacts: &[TransactionId],
         status: TxnStatus,
     ) {
+        let Some(r) = self.remember else { return };
         if self.txns.get(&x).is_none_or(|t| t.top.is_some()) {
+            return;
+        }
+        let concerns = r == x
+            || subxacts.contains(&r)
+            || self.txns.get(&x).is_some_and(|t| t.subxacts.contains(&r));
+        if !concerns {
             return;
         }
         if let Some(v) = self.view(x, subxacts, status) {
@@ -513,7 +529,7 @@ impl ReorderModel {
     /// Re-runs reorderbuffer.c ReorderBufferAbortOld: drop top-level transactions older
     /// than `oldest_running_xid`, in first-LSN order, stopping at the first that is not.
     pub fn abort_old(&mut self, oldest_running_xid: TransactionId, lsn: Lsn) {
-        while let Some(&first) = self.toplevel.first() {
+        while let Some((_, &first)) = self.toplevel.first_key_value() {
             if xid::precedes(first, oldest_running_xid) {
                 self.remember_finished(first, &[], TxnStatus::ForgottenAsOld(lsn));
                 self.cleanup(first);

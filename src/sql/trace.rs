@@ -263,11 +263,16 @@ struct Captured0 {
 ///
 /// Errors: as [`run_trace`]; a broken `.snap` file met on branch b is the server's
 /// `data_corrupted` ERROR here (the server's decoder would fail there too).
-pub fn replay_capturing(input: &TraceInput, capture_at: Option<Lsn>) -> Captured {
+pub fn replay_capturing(
+    input: &TraceInput,
+    capture_at: Option<Lsn>,
+    remember: Option<u32>,
+) -> Captured {
     let p = &input.params;
     let version = p.major.snapbuild_version();
     check_wal_available(input.start);
     let mut replay = Replay::new(p, input.slot_db);
+    replay.builder.reorder.remember = remember;
     let mut at = input.start;
     let mut last_record = None;
     let mut restored_from = None;

@@ -42,7 +42,7 @@ fn slot_view(slot_name: &str, at_lsn: Option<PgLsn>, xid: Option<Xid>) -> SlotVi
             );
         }
     }
-    let cap = replay_capturing(&input, at_lsn.map(|l| Lsn(l.0)));
+    let cap = replay_capturing(&input, at_lsn.map(|l| Lsn(l.0)), xid.map(|x| x.0));
     let base = cap.base.unwrap_or_else(|state| {
         raise_with_detail(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
