@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# Benchmark: snapbuild_trace_range over >= 1 GiB of pgbench WAL, side by side with pg_waldump
+# and pg_walinspect's pg_get_wal_records_info over the same LSN range, and over its first
+# 10% and 50% (does the trace's peak memory grow with WAL length?). Reports wall time, MiB/s
+# and peak memory; writes .work/bench/result.json. See scripts/bench/README.md.
+#
+# It uses its own copy of the PostgreSQL tree and its own throw-away cluster in .work/bench
+# (both recreated on every run; the cluster is stopped at the end) on port PGSNAP_BENCH_PORT,
+# never the test clusters' ports or data.
+#
+# Environment:
+#   PGSNAP_BENCH_WAL_MB    WAL to generate, MiB (default 1100)
+#   PGSNAP_BENCH_MAJOR     PostgreSQL tree .pg/MAJOR (default 18; pg_walinspect needs >= 15)
+#   PGSNAP_BENCH_PORT      port (default 55430)
+#   PGSNAP_BENCH_CLIENTS   pgbench clients in the TPC-B phase (default 8)
+#   PGSNAP_BENCH_PCTS      range prefixes measured, in % (default "10 50 100"; must include 100)
+#   PGSNAP_BENCH_RELEASE=1 benchmark a --release build of the work tree (cargo target dir
+#                          .work/bench/target); default: the build installed in .pg/MAJOR
+#   PGSNAP_BENCH_KEEP=1    leave the cluster running afterwards
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+MAJOR=${PGSNAP_BENCH_MAJOR:-18}
+WAL_MB=${PGSNAP_BENCH_WAL_MB:-1100}
+PORT=${PGSNAP_BENCH_PORT:-55430}
+CLIENTS=${PGSNAP_BENCH_CLIENTS:-8}
+PCTS=${PGSNAP_BENCH_PCTS:-10 50 100}
+RELEASE=${PGSNAP_BENCH_RELEASE:-0}
+KEEP=${PGSNAP_BENCH_KEEP:-0}
+
+W=$ROOT/.work/bench
+DATA=$W/data
+SOCK=$W/sock
+LOG=$W/server.log
+RUNS=$W/runs.tsv
+META=$W/meta.tsv
+HELPERS=$ROOT/scripts/bench
+BIN=$ROOT/.pg/$MAJOR/bin
+
+case $PORT in 5541[4-8]) echo "port $PORT belongs to the test clusters; pick another PGSNAP_BENCH_PORT" >&2; exit 2 ;; esac
+case " $PCTS " in *" 100 "*) ;; *) echo "PGSNAP_BENCH_PCTS must include 100" >&2; exit 2 ;; esac
+[ "$WAL_MB" -ge 16 ] || { echo "PGSNAP_BENCH_WAL_MB must be >= 16" >&2; exit 2; }
+if [ ! -x "$BIN/pg_waldump" ] || [ ! -x "$BIN/pgbench" ]; then
+    echo "no PostgreSQL $MAJOR with pg_waldump and pgbench in $BIN: run scripts/setup.sh" >&2; exit 1
+fi
+command -v python3 >/dev/null || { echo "python3 is required" >&2; exit 1; }
+
+say() { printf '==> %s\n' "$*"; }
+# run a command as the OS user postgres (servers refuse to run as root)
+as_pg() {
+    if [ "$(id -un)" = postgres ]; then (cd / && "$@")
+    else (cd / && sudo -n -u postgres -- "$@"); fi
+}
+# pg_wal is mode 0700 postgres: read it directly as root or postgres, else through sudo
+WAL_READER=()
+case $(id -un) in root | postgres) ;; *) WAL_READER=(sudo -n -u postgres --) ;; esac
+
+stop_cluster() {
+    if [ -f "$DATA/postmaster.pid" ]; then
+        as_pg "$BIN/pg_ctl" -D "$DATA" -m fast -w -t 120 stop >/dev/null 2>&1 || true
+    fi
+}
+finish() {
+    if [ "$KEEP" = 1 ]; then say "cluster left running on port $PORT (data: $DATA)"
+    else stop_cluster; fi
+}
+
+mkdir -p "$W"
+if [ "$(id -u)" = 0 ]; then chown postgres: "$W"; fi
+stop_cluster
+
+# ---- 0. a private copy of the tree -----------------------------------------------------------
+# The benchmark runs from .work/bench/pg, a copy of .pg/MAJOR: a `cargo pgrx install` into
+# .pg/MAJOR rewrites pg_snapbuild.so in place, which kills backends that have it mapped
+# (SIGBUS), and a release build must not replace the tests' build.
+say "copy .pg/$MAJOR to .work/bench/pg"
+rm -rf "$W/pg"
+cp -a "$ROOT/.pg/$MAJOR" "$W/pg"
+BIN=$W/pg/bin
+if [ "$RELEASE" = 1 ]; then
+    say "release build of the work tree into .work/bench/pg (log: $W/build.log)"
+    if [ -d "$HOME/.cargo/bin" ]; then PATH=$HOME/.cargo/bin:$PATH; fi
+    (cd "$ROOT" && CARGO_TARGET_DIR=$W/target cargo pgrx install --release --pg-config "$BIN/pg_config" \
+        --no-default-features --features "pg$MAJOR") >"$W/build.log" 2>&1 ||
+        { tail -n 30 "$W/build.log" >&2; exit 1; }
+fi
+SO=$("$BIN/pg_config" --pkglibdir)/pg_snapbuild.so
+[ -f "$SO" ] || { echo "pg_snapbuild is not installed in $BIN/..: run scripts/setup.sh" >&2; exit 1; }
+# An unoptimized (cargo pgrx install without --release) build keeps core's debug checks.
+if grep -q 'precondition_check' "$SO"; then BUILD=debug; else BUILD=release; fi
+if [ "$RELEASE" = 1 ]; then
+    SOURCE="work tree at $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
+    if [ -n "$(git -C "$ROOT" status --porcelain -- src 2>/dev/null)" ]; then SOURCE="$SOURCE+changes"; fi
+else
+    SOURCE="as installed in .pg/$MAJOR on $(date -u -r "$SO" '+%Y-%m-%d %H:%M UTC')"
+fi
+say "extension $SO: $BUILD build, $SOURCE"
+if [ "$BUILD" = debug ]; then
+    say "note: an unoptimized build; for representative wall times use PGSNAP_BENCH_RELEASE=1"
+fi
+
+export PGHOST=127.0.0.1 PGPORT=$PORT PGUSER=postgres PGDATABASE=postgres
+export PATH=$BIN:$PATH
+q() { psql -X -q -At -v ON_ERROR_STOP=1 -c "$1"; }
+lsn_diff() { q "SELECT ('$2'::pg_lsn - '$1'::pg_lsn)::bigint"; }
+
+# ---- 1. a fresh cluster -----------------------------------------------------------------
+say "fresh cluster in $DATA on port $PORT"
+as_pg rm -rf "$DATA" "$SOCK"
+as_pg mkdir -p "$SOCK"
+as_pg "$BIN/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 --no-locale >"$W/initdb.log" 2>&1 ||
+    { cat "$W/initdb.log" >&2; exit 1; }
+# The logical slot keeps every segment of the range; wal_keep_size is a second guard.
+as_pg tee -a "$DATA/postgresql.conf" >/dev/null <<EOF
+listen_addresses = '127.0.0.1'
+port = $PORT
+unix_socket_directories = '$SOCK'
+wal_level = logical
+max_wal_size = 4GB
+wal_keep_size = $((WAL_MB * 2 + 1024))MB
+fsync = off
+log_line_prefix = '%m [%p] '
+EOF
+trap finish EXIT
+as_pg "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null ||
+    { echo "bench cluster failed to start; tail of $LOG:" >&2; tail -n 30 "$LOG" >&2; exit 1; }
+q "CREATE EXTENSION pg_snapbuild; CREATE EXTENSION pg_walinspect" >/dev/null
+q "SELECT pg_create_logical_replication_slot('bench_slot', 'test_decoding')" >/dev/null
+
+# ---- 2. >= WAL_MB of pgbench WAL ------------------------------------------------------------
+START=$(q "SELECT pg_current_wal_lsn()")
+wal_since_start() { q "SELECT (pg_current_wal_lsn() - '$START'::pg_lsn)::bigint"; }
+target=$((WAL_MB * 1024 * 1024))
+# Scale WAL_MB/34: pgbench -i writes ~12 MiB of WAL per scale unit, so ~35% of the WAL;
+# the rest comes from TPC-B transactions (many small commits, full-page images after each
+# checkpoint).
+SCALE=$(( (WAL_MB / 2 + 16) / 17 ))
+say "start LSN $START (after creating slot bench_slot); pgbench -i -s $SCALE"
+pgbench -i -q -s "$SCALE" >"$W/pgbench-init.log" 2>&1 || { cat "$W/pgbench-init.log" >&2; exit 1; }
+say "WAL after init: $(( $(wal_since_start) / 1048576 )) MiB; pgbench -c $CLIENTS in 15 s rounds until $WAL_MB MiB"
+: >"$W/pgbench-run.log"
+txns=0 rounds=0
+while [ "$(wal_since_start)" -lt "$target" ]; do
+    rounds=$((rounds + 1))
+    [ "$rounds" -le 500 ] || { echo "WAL does not grow: see $W/pgbench-run.log" >&2; exit 1; }
+    pgbench -n -c "$CLIENTS" -j 2 -T 15 >>"$W/pgbench-run.log" 2>&1 ||
+        { tail -n 20 "$W/pgbench-run.log" >&2; exit 1; }
+    n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$W/pgbench-run.log" | tail -n 1)
+    txns=$((txns + n))
+    printf '    round %d: %d transactions, WAL %d MiB\n' "$rounds" "$n" $(( $(wal_since_start) / 1048576 ))
+done
+END=$(q "SELECT pg_current_wal_flush_lsn()")
+WAL_BYTES=$(lsn_diff "$START" "$END")
+say "range [$START, $END]: $WAL_BYTES bytes of WAL ($((WAL_BYTES / 1048576)) MiB), $txns pgbench transactions"
+
+# ---- 3. measurements ----------------------------------------------------------------------
+# One line per measurement in $RUNS (read by scripts/bench/report.py):
+#   id tool pct lo hi wal_bytes rows wall_s peak_rss_kib peak_anon_kib kind
+: >"$RUNS"
+export BENCH_HELPERS=$HELPERS BENCH_SAMPLES=$W/samples
+record_run() { # ID TOOL PCT LO HI ROWS SECS PEAK_KIB ANON_KIB KIND
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+        "$1" "$2" "$3" "$4" "$5" "$(lsn_diff "$4" "$5")" "$6" "$7" "$8" "$9" "${10}" >>"$RUNS"
+    printf '    %-34s %4s%%  %10s rows  %8.2f s  peak RSS %5d MiB  peak anon %5d MiB\n' \
+        "$2" "$3" "$6" "$7" $(($8 / 1024)) $(($9 / 1024))
+}
+# sql_peak ID TOOL PCT LO HI QUERY: "SELECT count(*) FROM QUERY" on a fresh connection.
+# Wall time: the server's clock around the statement. Peak RSS: the backend's VmHWM, read
+# from /proc/<pid>/status right after the statement, on the same open connection. Peak anon:
+# RssAnon (private memory; VmHWM also counts the shared buffers the backend touched),
+# sampled every 5 ms during the statement by scripts/bench/sample.py.
+sql_peak() {
+    local id=$1 tool=$2 pct=$3 lo=$4 hi=$5 query=$6 out n secs hwm anon
+    rm -rf "$BENCH_SAMPLES"
+    mkdir -p "$BENCH_SAMPLES"
+    out=$(psql -X -q -At -v ON_ERROR_STOP=1 -v "query=$query" <<'SQL'
+SELECT pg_backend_pid() AS pid \gset
+\setenv BENCH_PID :pid
+\! python3 "$BENCH_HELPERS/sample.py" "$BENCH_PID" "$BENCH_SAMPLES" >/dev/null & i=0; while [ ! -e "$BENCH_SAMPLES/ready" ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done
+SELECT clock_timestamp() AS t0 \gset
+SELECT count(*) AS n FROM :query \gset
+SELECT extract(epoch FROM clock_timestamp() - :'t0'::timestamptz) AS secs \gset
+\! touch "$BENCH_SAMPLES/stop"; i=0; while [ ! -e "$BENCH_SAMPLES/peaks" ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done
+\echo :n :secs
+\! awk '$1 == "VmHWM:" { print $2 }' "/proc/$BENCH_PID/status"
+SQL
+)
+    read -r n secs <<<"$(sed -n 1p <<<"$out")"
+    hwm=$(sed -n 2p <<<"$out")
+    if [ -z "$hwm" ] || [ ! -s "$BENCH_SAMPLES/peaks" ]; then
+        echo "no memory figures for $id: $out" >&2; exit 1
+    fi
+    read -r _ anon _ <"$BENCH_SAMPLES/peaks"
+    record_run "$id" "$tool" "$pct" "$lo" "$hi" "$n" "$secs" "$hwm" "$anon" backend
+}
+# proc_peak ID TOOL PCT LO HI ROWS OUTFILE CMD...: wall time, ru_maxrss and sampled RssAnon
+# of CMD (scripts/bench/rusage.py), its stdout to OUTFILE. ROWS "stats": the record count
+# of the pg_waldump --stats output in OUTFILE.
+proc_peak() {
+    local id=$1 tool=$2 pct=$3 lo=$4 hi=$5 rows=$6 outfile=$7 secs kib anon
+    shift 7
+    read -r secs kib anon <<<"$(python3 "$HELPERS/rusage.py" "$outfile" "${WAL_READER[@]}" "$@")"
+    if [ "$rows" = stats ]; then rows=$(awk '$1 == "Total" { print $2; exit }' "$outfile"); fi
+    record_run "$id" "$tool" "$pct" "$lo" "$hi" "$rows" "$secs" "$kib" "$anon" process
+}
+
+# A fresh backend that ran nothing: the baseline for the backends' figures.
+read -r IDLE_KIB IDLE_ANON_KIB <<<"$(psql -X -q -At -v ON_ERROR_STOP=1 <<'SQL'
+SELECT pg_backend_pid() AS pid \gset
+\setenv BENCH_PID :pid
+\! awk '$1 == "VmHWM:" { h = $2 } $1 == "RssAnon:" { a = $2 } END { print h, a }' "/proc/$BENCH_PID/status"
+SQL
+)"
+say "idle backend: peak RSS (VmHWM) $((IDLE_KIB / 1024)) MiB, RssAnon $((IDLE_ANON_KIB / 1024)) MiB"
+
+for pct in $PCTS; do
+    HI=$(q "SELECT '$START'::pg_lsn + round(('$END'::pg_lsn - '$START'::pg_lsn) * $pct / 100)")
+    say "range $pct%: [$START, $HI]"
+    wal_args=(--path "$DATA/pg_wal" --start "$START" --end "$HI")
+    proc_peak "waldump_stats_$pct" "pg_waldump --stats" "$pct" "$START" "$HI" stats \
+        "$W/waldump-stats-$pct.txt" "$BIN/pg_waldump" --stats "${wal_args[@]}"
+    records=$(awk '$1 == "Total" { print $2; exit }' "$W/waldump-stats-$pct.txt")
+    proc_peak "waldump_$pct" "pg_waldump" "$pct" "$START" "$HI" "$records" /dev/null \
+        "$BIN/pg_waldump" "${wal_args[@]}"
+    sql_peak "walinspect_$pct" "pg_get_wal_records_info" "$pct" "$START" "$HI" \
+        "pg_get_wal_records_info('$START', '$HI')"
+    sql_peak "trace_$pct" "snapbuild_trace_range" "$pct" "$START" "$HI" \
+        "snapbuild_trace_range('$START', '$HI', all_records => false)"
+    sql_peak "trace_all_$pct" "snapbuild_trace_range all_records" "$pct" "$START" "$HI" \
+        "snapbuild_trace_range('$START', '$HI', all_records => true)"
+done
+
+# ---- 4. report ----------------------------------------------------------------------------
+{
+    printf 'postgresql\t%s\n' "$(q "SHOW server_version")"
+    printf 'extension_so\t%s\nextension_build\t%s\nextension_source\t%s\n' "$SO" "$BUILD" "$SOURCE"
+    printf 'cpus\t%s\n' "$(nproc)"
+    printf 'start_lsn\t%s\nend_lsn\t%s\nwal_bytes\t%s\n' "$START" "$END" "$WAL_BYTES"
+    printf 'pgbench_scale\t%s\npgbench_clients\t%s\npgbench_transactions\t%s\n' "$SCALE" "$CLIENTS" "$txns"
+    printf 'idle_backend_peak_kib\t%s\nidle_backend_anon_kib\t%s\n' "$IDLE_KIB" "$IDLE_ANON_KIB"
+    printf 'work_mem\t%s\nshared_buffers\t%s\n' "$(q "SHOW work_mem")" "$(q "SHOW shared_buffers")"
+} >"$META"
+echo
+python3 "$HELPERS/report.py" "$RUNS" "$META" "$W/result.json"

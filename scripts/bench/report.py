@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""report.py RUNS.tsv META.tsv OUT.json: print the benchmark table, the ratios and the
+growth of peak memory with the range, and write them all as JSON.
+
+RUNS.tsv columns (tab-separated, no header), as scripts/bench.sh writes them:
+  id tool pct start_lsn end_lsn wal_bytes rows wall_s peak_rss_kib peak_anon_kib kind
+kind "backend": peak RSS is the backend's VmHWM; "process": the child's ru_maxrss.
+peak_anon_kib is RssAnon (private memory) sampled every 5 ms.
+META.tsv: key<TAB>value lines (numbers become JSON numbers)."""
+import json
+import sys
+
+MIB = 1024 * 1024
+
+
+def num(v):
+    for conv in (int, float):
+        try:
+            return conv(v)
+        except ValueError:
+            pass
+    return v
+
+
+def read_meta(path):
+    meta = {}
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                k, v = line.rstrip("\n").split("\t", 1)
+                meta[k] = num(v)
+    return meta
+
+
+def read_runs(path, idle_kib):
+    runs = []
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            rid, tool, pct, start, end, wal, rows, secs, peak, anon, kind = line.rstrip("\n").split("\t")
+            wal, rows, secs, peak, anon = int(wal), int(rows), float(secs), int(peak), int(anon)
+            runs.append({
+                "id": rid, "tool": tool, "range_pct": int(pct),
+                "start_lsn": start, "end_lsn": end, "wal_bytes": wal,
+                "rows": rows, "wall_s": round(secs, 3),
+                "mib_per_s": round(wal / MIB / secs, 1) if secs > 0 else None,
+                "rss_kind": "VmHWM" if kind == "backend" else "ru_maxrss",
+                "peak_rss_mib": round(peak / 1024, 1),
+                "peak_rss_over_idle_mib": round((peak - idle_kib) / 1024, 1) if kind == "backend" else None,
+                "peak_anon_mib": round(anon / 1024, 1),
+            })
+    return runs
+
+
+def main():
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    runs_path, meta_path, out_path = sys.argv[1:]
+    meta = read_meta(meta_path)
+    idle_kib = meta["idle_backend_peak_kib"]
+    runs = read_runs(runs_path, idle_kib)
+    by_id = {r["id"]: r for r in runs}
+
+    def ratio(a, b, key):
+        ra, rb = by_id.get(a), by_id.get(b)
+        if not ra or not rb or not ra[key] or not rb[key]:
+            return None
+        return round(ra[key] / rb[key], 2)
+
+    # Over the whole range: trace / other (> 1: the trace is slower or bigger).
+    ratios = {}
+    for trace in ("trace", "trace_all"):
+        for other in ("waldump", "walinspect"):
+            a, b = f"{trace}_100", f"{other}_100"
+            ratios[f"{trace}/{other}"] = {
+                "wall": ratio(a, b, "wall_s"),
+                "peak_rss": ratio(a, b, "peak_rss_mib"),
+                "peak_anon": ratio(a, b, "peak_anon_mib"),
+            }
+            if other == "walinspect":
+                ratios[f"{trace}/{other}"]["peak_rss_over_idle"] = ratio(a, b, "peak_rss_over_idle_mib")
+
+    # Whole range against each shorter prefix, tool by tool.
+    growth = {}
+    for r in runs:
+        if r["range_pct"] != 100:
+            continue
+        for s in runs:
+            if s["tool"] == r["tool"] and s["range_pct"] < 100:
+                growth[f"{r['id']} vs {s['id']}"] = {
+                    "wal_bytes_ratio": round(r["wal_bytes"] / s["wal_bytes"], 2),
+                    "peak_rss_delta_mib": round(r["peak_rss_mib"] - s["peak_rss_mib"], 1),
+                    "peak_anon_delta_mib": round(r["peak_anon_mib"] - s["peak_anon_mib"], 1),
+                    "peak_anon_ratio": round(r["peak_anon_mib"] / s["peak_anon_mib"], 2)
+                    if s["peak_anon_mib"] else None,
+                }
+
+    hdr = ["tool", "range", "records/rows", "WAL MiB", "wall s", "MiB/s",
+           "peak RSS MiB", "RSS over idle", "peak anon MiB"]
+    table = [hdr]
+    for r in runs:
+        table.append([
+            r["tool"], f"{r['range_pct']}%", str(r["rows"]), f"{r['wal_bytes'] / MIB:.1f}",
+            f"{r['wall_s']:.2f}", str(r["mib_per_s"]), f"{r['peak_rss_mib']:.1f}",
+            "-" if r["peak_rss_over_idle_mib"] is None else f"{r['peak_rss_over_idle_mib']:.1f}",
+            f"{r['peak_anon_mib']:.1f}",
+        ])
+    widths = [max(len(row[i]) for row in table) for i in range(len(hdr))]
+    print(f"PostgreSQL {meta.get('postgresql')}, pg_snapbuild {meta.get('extension_build')} build "
+          f"({meta.get('extension_source')}), {meta.get('cpus')} CPUs;\n"
+          f"range {meta.get('start_lsn')}..{meta.get('end_lsn')} = {meta.get('wal_bytes')} bytes, "
+          f"{meta.get('pgbench_transactions')} pgbench transactions")
+    print(f"idle backend: VmHWM {idle_kib / 1024:.1f} MiB, RssAnon "
+          f"{meta.get('idle_backend_anon_kib', 0) / 1024:.1f} MiB. Peak RSS: VmHWM for SQL (backend), "
+          f"ru_maxrss for pg_waldump; peak anon: sampled RssAnon (private memory)")
+    for i, row in enumerate(table):
+        print(" | ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))))
+        if i == 0:
+            print("-+-".join("-" * w for w in widths))
+    print()
+    print("ratios over the whole range (trace / other; > 1: the trace is slower or bigger):")
+    for k, v in ratios.items():
+        print(f"  {k:22} " + "  ".join(f"{m} {x}" for m, x in v.items()))
+    print()
+    print("peak memory, whole range vs a prefix (does it grow with WAL length?):")
+    for k, v in growth.items():
+        print(f"  {k:40} WAL x{v['wal_bytes_ratio']}: peak RSS {v['peak_rss_delta_mib']:+.1f} MiB, "
+              f"peak anon {v['peak_anon_delta_mib']:+.1f} MiB (x{v['peak_anon_ratio']})")
+
+    with open(out_path, "w") as f:
+        json.dump({"meta": meta, "runs": runs, "ratios": ratios, "growth": growth}, f, indent=2)
+        f.write("\n")
+    print(f"\nJSON: {out_path}")
+
+
+if __name__ == "__main__":
+    main()
