@@ -88,11 +88,32 @@ pub fn env() -> Option<Env> {
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// Held for a whole test: see [`serial`].
+pub struct Serial {
+    _thread: MutexGuard<'static, ()>,
+    _process: Option<std::fs::File>,
+}
+
 /// Slot creation waits for every running transaction of the cluster, so scenarios must
 /// not overlap: each test holds this for its whole run (poison is ignored: a failed test
-/// must not fail the next ones).
-pub fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+/// must not fail the next ones). Besides the in-process mutex it takes an exclusive
+/// `flock` on `$TMPDIR/pgsnap-tests-<PGPORT>.lock`, so that test binaries run at the same
+/// time against one cluster (two `cargo test` invocations) also take turns.
+pub fn serial() -> Serial {
+    let thread = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let port = std::env::var("PGPORT").unwrap_or_else(|_| "5432".into());
+    let path = std::env::temp_dir().join(format!("pgsnap-tests-{port}.lock"));
+    let process = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .ok()
+        .filter(|f| f.lock().is_ok());
+    Serial {
+        _thread: thread,
+        _process: process,
+    }
 }
 
 static SETUP: OnceLock<()> = OnceLock::new();

@@ -19,10 +19,10 @@ use pg_snapbuild_tests::*;
 use postgres::Client;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
-fn start() -> Option<(MutexGuard<'static, ()>, Env, Client)> {
+fn start() -> Option<(Serial, Env, Client)> {
     let g = serial();
     let env = env()?;
     let mut c = env.setup();

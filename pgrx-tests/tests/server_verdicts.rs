@@ -15,13 +15,12 @@
 use pg_snapbuild_tests::*;
 use postgres::Client;
 use std::collections::BTreeMap;
-use std::sync::MutexGuard;
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(30);
 const CREATE_TIMEOUT: Duration = Duration::from_secs(90);
 
-fn start() -> Option<(MutexGuard<'static, ()>, Env, Client)> {
+fn start() -> Option<(Serial, Env, Client)> {
     let g = serial();
     let env = env()?;
     let c = env.setup();
