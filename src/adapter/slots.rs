@@ -20,6 +20,8 @@ pub struct SlotCopy {
     pub restart_lsn: u64,
     pub confirmed_flush: u64,
     pub two_phase_at: u64,
+    /// `data.two_phase`: created (or later enabled) for two-phase decoding.
+    pub two_phase: bool,
     pub candidate_catalog_xmin: u32,
     pub candidate_xmin_lsn: u64,
     pub candidate_restart_valid: u64,
@@ -126,6 +128,7 @@ pub fn copy_slots() -> Vec<SlotCopy> {
                 restart_lsn: s.data.restart_lsn,
                 confirmed_flush: s.data.confirmed_flush,
                 two_phase_at: two_phase_at(&s),
+                two_phase: s.data.two_phase,
                 candidate_catalog_xmin: s.candidate_catalog_xmin.into_inner(),
                 candidate_xmin_lsn: s.candidate_xmin_lsn,
                 candidate_restart_valid: s.candidate_restart_valid,

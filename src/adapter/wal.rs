@@ -325,6 +325,7 @@ impl WalReader {
                         subxacts: xid_slice(parsed.subxacts, parsed.nsubxacts),
                         has_invals: parsed.xinfo & pg_sys::XACT_XINFO_HAS_INVALS != 0,
                         db_id: parsed.dbId.to_u32(),
+                        gid: gid_text(&parsed.twophase_gid),
                     }
                 }
                 RecordKind::Abort | RecordKind::AbortPrepared if !data.is_empty() => {
@@ -337,6 +338,26 @@ impl WalReader {
                     Payload::Abort {
                         xid: twophase_or(parsed.twophase_xid, head.xid),
                         subxacts: xid_slice(parsed.subxacts, parsed.nsubxacts),
+                        db_id: parsed.dbId.to_u32(),
+                        gid: gid_text(&parsed.twophase_gid),
+                    }
+                }
+                // ParsePrepareRecord reads the fixed header and the arrays after it; the
+                // header alone must be there.
+                RecordKind::Prepare
+                    if data.len() >= std::mem::size_of::<pg_sys::xl_xact_prepare>() =>
+                {
+                    let mut parsed: pg_sys::xl_xact_parsed_prepare = std::mem::zeroed();
+                    pg_sys::ParsePrepareRecord(
+                        cur.info,
+                        cur.main_data as *mut pg_sys::xl_xact_prepare,
+                        &mut parsed,
+                    );
+                    Payload::Prepare {
+                        xid: twophase_or(parsed.twophase_xid, head.xid),
+                        subxacts: xid_slice(parsed.subxacts, parsed.nsubxacts),
+                        db_id: parsed.dbId.to_u32(),
+                        gid: gid_text(&parsed.twophase_gid),
                     }
                 }
                 RecordKind::NewCid => match NewCid::parse(data) {
@@ -360,6 +381,16 @@ impl WalReader {
 /// How far WAL is flushed now (`GetFlushRecPtr`).
 pub fn flush_lsn() -> Lsn {
     Lsn(unsafe { compat::flush_ptr() })
+}
+
+/// The NUL-terminated gid of a parsed commit, abort or prepare record (empty if none).
+fn gid_text(gid: &[std::ffi::c_char]) -> String {
+    let bytes: Vec<u8> = gid
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 fn twophase_or(twophase: pg_sys::TransactionId, xid: u32) -> u32 {

@@ -37,17 +37,28 @@ pub enum Payload {
     None,
     RunningXacts(RunningXacts),
     /// Commit / commit prepared: the xid (the 2PC xid when prepared), subxacts, whether
-    /// xinfo has `XACT_XINFO_HAS_INVALS`, and the database (0 when not recorded).
+    /// xinfo has `XACT_XINFO_HAS_INVALS`, the database (0 when not recorded) and the gid
+    /// of a prepared transaction (empty otherwise).
     Commit {
         xid: TransactionId,
         subxacts: Vec<TransactionId>,
         has_invals: bool,
         db_id: u32,
+        gid: String,
     },
-    /// Abort / abort prepared.
+    /// Abort / abort prepared: likewise.
     Abort {
         xid: TransactionId,
         subxacts: Vec<TransactionId>,
+        db_id: u32,
+        gid: String,
+    },
+    /// PREPARE TRANSACTION: the prepared xid, its subxacts, database and gid.
+    Prepare {
+        xid: TransactionId,
+        subxacts: Vec<TransactionId>,
+        db_id: u32,
+        gid: String,
     },
     /// A logical decoding message.
     Message {
@@ -102,11 +113,49 @@ pub struct ReplayError {
     pub error: OnDiskError,
 }
 
+/// How the decoding context treats prepared transactions: logical.c's `ctx->twophase`
+/// (the slot has `two_phase` and the output plugin has the two-phase callbacks) and the
+/// plugin's filter_prepare callback.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TwoPhaseDecoding {
+    /// `ctx->twophase`: PREPARE is decoded on its own.
+    pub enabled: bool,
+    /// filter_prepare: gids containing this text are filtered at PREPARE (test_decoding
+    /// filters `_nodecode`); `None` when the plugin has no filter.
+    pub filter_gid_containing: Option<String>,
+}
+
+impl TwoPhaseDecoding {
+    /// As logical.c sets it up for a slot with `two_phase` decoded by `plugin`: the
+    /// in-core plugins test_decoding and pgoutput have the two-phase callbacks;
+    /// test_decoding's filter_prepare filters gids containing `_nodecode`. Other plugins
+    /// are assumed to have the callbacks and no filter.
+    pub fn for_slot(slot_two_phase: bool, plugin: &str) -> Self {
+        TwoPhaseDecoding {
+            enabled: slot_two_phase,
+            filter_gid_containing: (slot_two_phase && plugin == "test_decoding")
+                .then(|| "_nodecode".to_owned()),
+        }
+    }
+
+    /// decode.c FilterPrepare: true when the transaction is decoded as a plain one at
+    /// COMMIT PREPARED instead of at PREPARE.
+    pub fn filter_prepare(&self, gid: &str) -> bool {
+        !self.enabled
+            || self
+                .filter_gid_containing
+                .as_deref()
+                .is_some_and(|f| gid.contains(f))
+    }
+}
+
 /// A replay in progress.
 pub struct Replay {
     pub builder: SnapBuild,
     /// The slot's database (`ctx->slot->data.database`), for DecodeTXNNeedSkip.
     pub slot_db: u32,
+    /// Two-phase decoding (off unless set after [`Replay::new`]).
+    pub two_phase: TwoPhaseDecoding,
 }
 
 /// The builder's tracked sets, to tell whether a record changed them.
@@ -139,6 +188,7 @@ impl Replay {
         Replay {
             builder: SnapBuild::new(p),
             slot_db,
+            two_phase: TwoPhaseDecoding::default(),
         }
     }
 
@@ -258,11 +308,24 @@ impl Replay {
                     subxacts,
                     has_invals,
                     db_id,
+                    gid,
                 },
             ) => {
-                let (v, d) =
+                let two_phase =
+                    head.kind == RecordKind::CommitPrepared && !self.two_phase.filter_prepare(gid);
+                let (v, d) = if two_phase {
+                    self.builder.commit_prepared(
+                        head.lsn,
+                        *x,
+                        subxacts,
+                        *has_invals,
+                        *db_id,
+                        self.slot_db,
+                    )
+                } else {
                     self.builder
-                        .commit(head.lsn, *x, subxacts, *has_invals, *db_id, self.slot_db);
+                        .commit(head.lsn, *x, subxacts, *has_invals, *db_id, self.slot_db)
+                };
                 let mut row = self.row(head, before, None);
                 row.branch = Some(Branch::Commit.label());
                 row.xid = Some(*x);
@@ -273,10 +336,59 @@ impl Replay {
             }
             (
                 RecordKind::Abort | RecordKind::AbortPrepared,
-                Payload::Abort { xid: x, subxacts },
+                Payload::Abort {
+                    xid: x,
+                    subxacts,
+                    db_id,
+                    gid,
+                },
             ) => {
-                self.builder.abort_at(*x, subxacts, head.lsn);
-                self.row(head, before, None)
+                let two_phase =
+                    head.kind == RecordKind::AbortPrepared && !self.two_phase.filter_prepare(gid);
+                let d = if two_phase {
+                    self.builder
+                        .rollback_prepared(head.lsn, *x, subxacts, *db_id, self.slot_db)
+                } else {
+                    self.builder.abort_at(*x, subxacts, head.lsn);
+                    None
+                };
+                let mut row = self.row(head, before, None);
+                if let Some(d) = d {
+                    row.xid = Some(*x);
+                    row.decode = Some(d);
+                    row.interesting = true;
+                }
+                row
+            }
+            (
+                RecordKind::Prepare,
+                Payload::Prepare {
+                    xid: x,
+                    subxacts,
+                    db_id,
+                    gid,
+                },
+            ) => {
+                let d = if self.builder.state < SnapBuildState::FullSnapshot {
+                    None
+                } else if self.two_phase.filter_prepare(gid) {
+                    // Decoded as a plain transaction at COMMIT PREPARED; the PREPARE
+                    // only makes the xid known.
+                    self.builder.reorder.process_xid(*x, head.lsn);
+                    self.two_phase
+                        .enabled
+                        .then_some(DecodeVerdict::PrepareFiltered)
+                } else {
+                    self.builder
+                        .prepare(head.lsn, *x, subxacts, *db_id, self.slot_db)
+                };
+                let mut row = self.row(head, before, None);
+                if let Some(d) = d {
+                    row.xid = Some(*x);
+                    row.decode = Some(d);
+                    row.interesting = true;
+                }
+                row
             }
             (RecordKind::Prepare, _) => {
                 if self.builder.state >= SnapBuildState::FullSnapshot {
@@ -515,6 +627,156 @@ mod tests {
     use super::*;
     use crate::version::PgMajor;
 
+    /// decode.c's two-phase paths (DecodePrepare, FilterPrepare, ReorderBufferFinishPrepared)
+    /// on a consistent builder whose slot has two_phase, `two_phase_at` = 150.
+    #[test]
+    fn two_phase_decoding() {
+        for major in [14, 18] {
+            let p = BuilderParams {
+                major: PgMajor(major),
+                initial_xmin_horizon: 0,
+                start_decoding_at: Lsn(0),
+                building_full_snapshot: false,
+                in_slot_creation: false,
+                two_phase_at: Lsn(150),
+            };
+            let mut r = Replay::new(&p, 5);
+            r.two_phase = TwoPhaseDecoding::for_slot(true, "test_decoding");
+            let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
+            let head = |lsn: u64, kind: RecordKind, xid| RecordHead {
+                lsn: Lsn(lsn),
+                end_lsn: Lsn(lsn + 8),
+                xid,
+                top_xid: 0,
+                rmid: match kind {
+                    RecordKind::RunningXacts => crate::records::RM_STANDBY_ID,
+                    RecordKind::Change | RecordKind::Other => crate::records::RM_HEAP_ID,
+                    _ => RM_XACT_ID,
+                },
+                kind,
+                name: None,
+            };
+            let rx = RunningXacts {
+                xcnt: 0,
+                subxcnt: 0,
+                subxid_overflow: false,
+                next_xid: 600,
+                oldest_running_xid: 600,
+                latest_completed_xid: 599,
+                xids: vec![],
+            };
+            r.feed(
+                &head(100, RecordKind::RunningXacts, 0),
+                &Payload::RunningXacts(rx),
+                &mut none,
+            )
+            .unwrap();
+            assert_eq!(r.builder.state, SnapBuildState::Consistent);
+            let prepare = |x, gid: &str| Payload::Prepare {
+                xid: x,
+                subxacts: vec![],
+                db_id: 5,
+                gid: gid.into(),
+            };
+            let commit = |x, gid: &str| Payload::Commit {
+                xid: x,
+                subxacts: vec![],
+                has_invals: false,
+                db_id: 5,
+                gid: gid.into(),
+            };
+            let abort = |x, gid: &str| Payload::Abort {
+                xid: x,
+                subxacts: vec![],
+                db_id: 5,
+                gid: gid.into(),
+            };
+            let mut feed = |lsn, kind, x, payload: &Payload| {
+                r.feed(&head(lsn, kind, x), payload, &mut none)
+                    .unwrap()
+                    .decode
+            };
+            use DecodeVerdict as D;
+            use RecordKind as K;
+            // 600 changed a row before two_phase_at and prepared before it too: the
+            // PREPARE is decoded then (the builder is consistent), and again sent whole
+            // at COMMIT PREPARED because its PREPARE lies before two_phase_at.
+            feed(110, K::Change, 600, &Payload::None);
+            assert_eq!(
+                feed(120, K::Prepare, 600, &prepare(600, "a")),
+                Some(D::Prepared)
+            );
+            // 601: changes, PREPARE after two_phase_at: prepared, then commit prepared.
+            feed(200, K::Change, 601, &Payload::None);
+            assert_eq!(
+                feed(210, K::Prepare, 601, &prepare(601, "b")),
+                Some(D::Prepared)
+            );
+            // 602: filtered by test_decoding's gid rule: a plain commit later.
+            feed(220, K::Change, 602, &Payload::None);
+            assert_eq!(
+                feed(230, K::Prepare, 602, &prepare(602, "c_nodecode")),
+                Some(D::PrepareFiltered)
+            );
+            // 603 only locked a row (known, no base snapshot); 604 is unknown.
+            feed(240, K::Other, 603, &Payload::None);
+            assert_eq!(
+                feed(250, K::Prepare, 603, &prepare(603, "d")),
+                Some(D::NoChanges)
+            );
+            assert_eq!(
+                feed(260, K::Prepare, 604, &prepare(604, "e")),
+                Some(D::UnknownTransaction)
+            );
+            feed(270, K::Change, 605, &Payload::None);
+            assert_eq!(
+                feed(280, K::Prepare, 605, &prepare(605, "f")),
+                Some(D::Prepared)
+            );
+            assert_eq!(
+                feed(300, K::CommitPrepared, 600, &commit(600, "a")),
+                Some(D::PreparedAndCommitPrepared)
+            );
+            assert_eq!(
+                feed(310, K::CommitPrepared, 601, &commit(601, "b")),
+                Some(D::CommitPrepared)
+            );
+            assert_eq!(
+                feed(320, K::CommitPrepared, 602, &commit(602, "c_nodecode")),
+                Some(D::Decoded)
+            );
+            let lock_only = if major == 14 {
+                D::CommitPrepared
+            } else {
+                D::NoChanges
+            };
+            assert_eq!(
+                feed(330, K::CommitPrepared, 603, &commit(603, "d")),
+                Some(lock_only)
+            );
+            assert_eq!(
+                feed(340, K::CommitPrepared, 604, &commit(604, "e")),
+                Some(D::UnknownTransaction)
+            );
+            assert_eq!(
+                feed(350, K::AbortPrepared, 605, &abort(605, "f")),
+                Some(D::RollbackPrepared)
+            );
+            assert_eq!(
+                D::PreparedAndCommitPrepared.sends(),
+                ["prepare", "commit_prepared"]
+            );
+            assert!(!D::PrepareFiltered.decoded());
+        }
+        // Without two_phase on the slot every gid is filtered: PREPARE has no verdict
+        // and COMMIT PREPARED is a plain commit.
+        let off = TwoPhaseDecoding::for_slot(false, "test_decoding");
+        assert!(off.filter_prepare("x"));
+        assert_eq!(off.filter_gid_containing, None);
+        let pgoutput = TwoPhaseDecoding::for_slot(true, "pgoutput");
+        assert!(!pgoutput.filter_prepare("x_nodecode"));
+    }
+
     #[test]
     fn feed_runs_the_dispatch() {
         let p = BuilderParams {
@@ -550,6 +812,7 @@ mod tests {
             subxacts: vec![],
             has_invals: true,
             db_id: db,
+            gid: String::new(),
         };
         let rx = RunningXacts {
             xcnt: 0,
@@ -724,6 +987,8 @@ mod tests {
             &Payload::Abort {
                 xid: 701,
                 subxacts: vec![],
+                db_id: 5,
+                gid: String::new(),
             },
             &mut none,
         )
@@ -762,6 +1027,7 @@ mod tests {
                 subxacts: vec![],
                 has_invals: true,
                 db_id: 5,
+                gid: String::new(),
             },
             &mut none,
         )

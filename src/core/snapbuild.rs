@@ -191,6 +191,9 @@ struct Txn {
     /// The command ids queued for this (sub)transaction by ReorderBufferAddNewCommandId,
     /// with the LSN of the record that queued each.
     command_ids: Vec<(Lsn, CommandId)>,
+    /// `final_lsn` as ReorderBufferRememberPrepareInfo sets it: the PREPARE record's LSN,
+    /// once a two-phase decoder read it.
+    prepare_lsn: Option<Lsn>,
 }
 
 /// How the reorder buffer last saw a transaction (for [`DecodingTxn`]).
@@ -400,6 +403,27 @@ impl ReorderModel {
         self.txns.contains_key(&xid)
     }
 
+    /// Re-runs reorderbuffer.c ReorderBufferRememberPrepareInfo: a known transaction
+    /// remembers its PREPARE record's LSN; false (nothing done) when `xid` is unknown.
+    pub fn remember_prepare(&mut self, xid: TransactionId, lsn: Lsn) -> bool {
+        match self.txns.get_mut(&xid) {
+            Some(t) => {
+                t.prepare_lsn = Some(lsn);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The PREPARE LSN a two-phase decoder remembered for `xid` (`final_lsn`, invalid
+    /// when it never read the PREPARE).
+    pub fn prepare_lsn(&self, xid: TransactionId) -> Lsn {
+        self.txns
+            .get(&xid)
+            .and_then(|t| t.prepare_lsn)
+            .unwrap_or(Lsn(0))
+    }
+
     /// Re-runs reorderbuffer.c ReorderBufferCleanupTXN for `xid` (and its subxacts).
     pub fn cleanup(&mut self, xid: TransactionId) {
         if let Some(t) = self.txns.remove(&xid) {
@@ -577,21 +601,44 @@ pub enum CommitVerdict {
     Timetravel { xmax_advanced: bool, forced: bool },
 }
 
-/// What decode.c did with a commit: whether the output plugin was called for it.
+/// What decode.c did with a commit, an abort or a PREPARE of a prepared transaction, and
+/// so which output plugin callbacks ran ([`DecodeVerdict::sends`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum DecodeVerdict {
     /// xact_decode bails out before FULL_SNAPSHOT.
     NotSeenBeforeFull,
-    /// DecodeTXNNeedSkip: the commit lies before start_decoding_at.
+    /// DecodeTXNNeedSkip: the record lies before start_decoding_at.
     SkippedBeforeStartDecodingAt,
     /// DecodeTXNNeedSkip: the transaction belongs to another database.
     SkippedOtherDatabase,
-    /// ReorderBufferCommit: the reorder buffer never saw the transaction.
+    /// ReorderBufferCommit / ReorderBufferRememberPrepareInfo /
+    /// ReorderBufferFinishPrepared: the reorder buffer never saw the transaction.
     UnknownTransaction,
     /// ReorderBufferReplay: no base snapshot, no change decoded — nothing to send.
     NoChanges,
     /// Sent to the output plugin (BEGIN … COMMIT).
     Decoded,
+    /// Two-phase decoding, PREPARE: the plugin's filter_prepare callback filtered the gid;
+    /// the transaction is sent as a plain one at COMMIT PREPARED.
+    PrepareFiltered,
+    /// Two-phase decoding, PREPARE before the builder is CONSISTENT
+    /// (ReorderBufferSkipPrepare): sent whole at COMMIT PREPARED if that comes after
+    /// `two_phase_at`.
+    PrepareSkippedNotConsistent,
+    /// Two-phase decoding, PREPARE replayed: BEGIN PREPARE … PREPARE TRANSACTION.
+    Prepared,
+    /// Two-phase decoding, COMMIT PREPARED of a transaction whose PREPARE was decoded:
+    /// ReorderBufferFinishPrepared sends COMMIT PREPARED. (A transaction without changes
+    /// gets it only on 14, see [`PgMajor::finishes_prepared_without_changes`].)
+    ///
+    /// [`PgMajor::finishes_prepared_without_changes`]: crate::version::PgMajor::finishes_prepared_without_changes
+    CommitPrepared,
+    /// Two-phase decoding, COMMIT PREPARED of a transaction prepared before `two_phase_at`:
+    /// ReorderBufferFinishPrepared replays it as a prepared transaction first
+    /// (BEGIN PREPARE … PREPARE TRANSACTION), then sends COMMIT PREPARED.
+    PreparedAndCommitPrepared,
+    /// Two-phase decoding, ROLLBACK PREPARED of a known transaction.
+    RollbackPrepared,
 }
 
 impl DecodeVerdict {
@@ -604,7 +651,32 @@ impl DecodeVerdict {
             DecodeVerdict::UnknownTransaction => "skipped: unknown transaction",
             DecodeVerdict::NoChanges => "skipped: no decoded changes",
             DecodeVerdict::Decoded => "decoded",
+            DecodeVerdict::PrepareFiltered => "prepare filtered: decoded at COMMIT PREPARED",
+            DecodeVerdict::PrepareSkippedNotConsistent => "prepare skipped: not yet consistent",
+            DecodeVerdict::Prepared => "prepared",
+            DecodeVerdict::CommitPrepared => "commit prepared",
+            DecodeVerdict::PreparedAndCommitPrepared => "prepared and commit prepared",
+            DecodeVerdict::RollbackPrepared => "rollback prepared",
         }
+    }
+
+    /// The transaction-ending callbacks of the output plugin this record ran, in order:
+    /// `commit`, `prepare`, `commit_prepared`, `rollback_prepared` (the names of
+    /// OutputPluginCallbacks' `*_cb` members without `_cb`).
+    pub fn sends(self) -> &'static [&'static str] {
+        match self {
+            DecodeVerdict::Decoded => &["commit"],
+            DecodeVerdict::Prepared => &["prepare"],
+            DecodeVerdict::CommitPrepared => &["commit_prepared"],
+            DecodeVerdict::PreparedAndCommitPrepared => &["prepare", "commit_prepared"],
+            DecodeVerdict::RollbackPrepared => &["rollback_prepared"],
+            _ => &[],
+        }
+    }
+
+    /// Whether the output plugin was called for the transaction at this record.
+    pub fn decoded(self) -> bool {
+        !self.sends().is_empty()
     }
 }
 
@@ -1125,7 +1197,8 @@ impl SnapBuild {
     /// decode.c xact_decode + DecodeCommit + snapbuild.c SnapBuildCommitTxn for a commit
     /// (record at `lsn`) of `xid` with `subxacts`; `has_invals` is
     /// `XACT_XINFO_HAS_INVALS`; `db_id` the commit's database (0 if the record has none)
-    /// and `slot_db` the decoding slot's.
+    /// and `slot_db` the decoding slot's. A COMMIT PREPARED a two-phase decoder did not
+    /// filter goes through [`SnapBuild::commit_prepared`] instead.
     pub fn commit(
         &mut self,
         lsn: Lsn,
@@ -1134,6 +1207,46 @@ impl SnapBuild {
         has_invals: bool,
         db_id: u32,
         slot_db: u32,
+    ) -> (CommitVerdict, DecodeVerdict) {
+        self.finish_commit(lsn, x, subxacts, has_invals, db_id, slot_db, false)
+    }
+
+    /// decode.c DecodeCommit with `two_phase` set (COMMIT PREPARED, two-phase decoding on,
+    /// gid not filtered): SnapBuildCommitTxn as for any commit, then
+    /// reorderbuffer.c ReorderBufferFinishPrepared against the builder's `two_phase_at`.
+    pub fn commit_prepared(
+        &mut self,
+        lsn: Lsn,
+        x: TransactionId,
+        subxacts: &[TransactionId],
+        has_invals: bool,
+        db_id: u32,
+        slot_db: u32,
+    ) -> (CommitVerdict, DecodeVerdict) {
+        self.finish_commit(lsn, x, subxacts, has_invals, db_id, slot_db, true)
+    }
+
+    /// DecodeTXNNeedSkip for a transaction-ending record at `lsn`.
+    fn need_skip(&self, lsn: Lsn, db_id: u32, slot_db: u32) -> Option<DecodeVerdict> {
+        if lsn < self.start_decoding_at {
+            Some(DecodeVerdict::SkippedBeforeStartDecodingAt)
+        } else if db_id != 0 && db_id != slot_db {
+            Some(DecodeVerdict::SkippedOtherDatabase)
+        } else {
+            None
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn finish_commit(
+        &mut self,
+        lsn: Lsn,
+        x: TransactionId,
+        subxacts: &[TransactionId],
+        has_invals: bool,
+        db_id: u32,
+        slot_db: u32,
+        two_phase: bool,
     ) -> (CommitVerdict, DecodeVerdict) {
         if self.state < SnapBuildState::FullSnapshot {
             // xact_decode bails out before the builder sees it; the transaction stays in
@@ -1144,11 +1257,10 @@ impl SnapBuild {
             );
         }
         let v = self.commit_txn(lsn, x, subxacts, has_invals);
-        // DecodeTXNNeedSkip, then ReorderBufferCommitChild / ReorderBufferCommit.
-        let d = if lsn < self.start_decoding_at {
-            DecodeVerdict::SkippedBeforeStartDecodingAt
-        } else if db_id != 0 && db_id != slot_db {
-            DecodeVerdict::SkippedOtherDatabase
+        // DecodeTXNNeedSkip, then ReorderBufferCommitChild and ReorderBufferCommit /
+        // ReorderBufferFinishPrepared.
+        let d = if let Some(skip) = self.need_skip(lsn, db_id, slot_db) {
+            skip
         } else {
             for s in subxacts {
                 if self.reorder.knows(*s) {
@@ -1157,6 +1269,21 @@ impl SnapBuild {
             }
             if !self.reorder.knows(x) {
                 DecodeVerdict::UnknownTransaction
+            } else if two_phase {
+                if !self.reorder.has_base_snapshot(x) {
+                    // Nothing was (or is now) replayed for it.
+                    if self.major.finishes_prepared_without_changes() {
+                        DecodeVerdict::CommitPrepared
+                    } else {
+                        DecodeVerdict::NoChanges
+                    }
+                } else if self.reorder.prepare_lsn(x) < self.two_phase_at {
+                    // Prepared before two_phase_at (or its PREPARE never read by a
+                    // two-phase decoder): replayed now as a prepared transaction.
+                    DecodeVerdict::PreparedAndCommitPrepared
+                } else {
+                    DecodeVerdict::CommitPrepared
+                }
             } else if !self.reorder.has_base_snapshot(x) {
                 DecodeVerdict::NoChanges
             } else {
@@ -1170,6 +1297,72 @@ impl SnapBuild {
         }
         self.reorder.cleanup(x);
         (v, d)
+    }
+
+    /// decode.c DecodePrepare for the PREPARE (record at `lsn`) of `x` with `subxacts`,
+    /// when two-phase decoding is on and the gid is not filtered (FilterPrepare false):
+    /// ReorderBufferRememberPrepareInfo, then skipped before CONSISTENT or by
+    /// DecodeTXNNeedSkip (ReorderBufferSkipPrepare), else ReorderBufferPrepare. `None`
+    /// before FULL_SNAPSHOT (xact_decode bails out).
+    pub fn prepare(
+        &mut self,
+        lsn: Lsn,
+        x: TransactionId,
+        subxacts: &[TransactionId],
+        db_id: u32,
+        slot_db: u32,
+    ) -> Option<DecodeVerdict> {
+        if self.state < SnapBuildState::FullSnapshot {
+            return None;
+        }
+        if !self.reorder.remember_prepare(x, lsn) {
+            return Some(DecodeVerdict::UnknownTransaction);
+        }
+        if self.state < SnapBuildState::Consistent {
+            return Some(DecodeVerdict::PrepareSkippedNotConsistent);
+        }
+        if let Some(skip) = self.need_skip(lsn, db_id, slot_db) {
+            return Some(skip);
+        }
+        for s in subxacts {
+            if self.reorder.knows(*s) {
+                self.reorder.assign_child(x, *s, lsn);
+            }
+        }
+        Some(if self.reorder.has_base_snapshot(x) {
+            DecodeVerdict::Prepared
+        } else {
+            DecodeVerdict::NoChanges
+        })
+    }
+
+    /// decode.c DecodeAbort with `two_phase` set (ROLLBACK PREPARED, two-phase decoding
+    /// on, gid not filtered): unless DecodeTXNNeedSkip, ReorderBufferFinishPrepared sends
+    /// ROLLBACK PREPARED for a known transaction (with changes, except on 14); either way
+    /// the reorder buffer lets go of it. `None` before FULL_SNAPSHOT.
+    pub fn rollback_prepared(
+        &mut self,
+        lsn: Lsn,
+        x: TransactionId,
+        subxacts: &[TransactionId],
+        db_id: u32,
+        slot_db: u32,
+    ) -> Option<DecodeVerdict> {
+        if self.state < SnapBuildState::FullSnapshot {
+            return None;
+        }
+        let d = match self.need_skip(lsn, db_id, slot_db) {
+            Some(skip) => skip,
+            None if !self.reorder.knows(x) => DecodeVerdict::UnknownTransaction,
+            None if self.reorder.has_base_snapshot(x)
+                || self.major.finishes_prepared_without_changes() =>
+            {
+                DecodeVerdict::RollbackPrepared
+            }
+            None => DecodeVerdict::NoChanges,
+        };
+        self.abort_at(x, subxacts, lsn);
+        Some(d)
     }
 
     /// Re-runs snapbuild.c SnapBuildCommitTxn.

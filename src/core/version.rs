@@ -42,6 +42,16 @@ impl PgMajor {
         self.0 <= 15
     }
 
+    /// Two-phase decoding of a prepared transaction the reorder buffer knows but that has
+    /// no changes to replay (no base snapshot, e.g. it only locked rows): whether COMMIT
+    /// PREPARED / ROLLBACK PREPARED still reach the output plugin. Observed on the real
+    /// servers (pgrx-tests `scenarios`): 14.22 sends them; 15.19, 16.15, 17.11 and 18.6
+    /// send nothing for such a transaction (nor a PREPARE, which no version sends for it;
+    /// the 18.3 sources would still send a bare PREPARE, a later minor release dropped it).
+    pub fn finishes_prepared_without_changes(self) -> bool {
+        self.0 <= 14
+    }
+
     /// Whether the serialized builder carries the `catchange` array.
     pub fn serializes_catchange(self) -> bool {
         self.snapbuild_version() >= 5

@@ -2,7 +2,7 @@
 //! restart_lsn and candidates will stand after one more `pg_logical_slot_get_changes`.
 
 use pgrx::prelude::*;
-use snapbuild_core::replay::Replay;
+use snapbuild_core::replay::{Replay, TwoPhaseDecoding};
 use snapbuild_core::slot::SlotModel;
 use snapbuild_core::snapbuild::RestoreResult;
 use snapbuild_core::Lsn;
@@ -79,6 +79,7 @@ fn snapbuild_slot_prediction(
     let current = model;
     let upto = upto_lsn.map(|l| Lsn(l.0));
     let mut replay = Replay::new(&params, slot.datoid);
+    replay.two_phase = TwoPhaseDecoding::for_slot(slot.two_phase, &slot.plugin);
     let mut reader = WalReader::open(Lsn(slot.restart_lsn));
     let mut restore = |lsn: Lsn| -> RestoreResult {
         match snapfiles::read_snapshot(lsn, version) {

@@ -2,7 +2,9 @@
 //! snapshot builder over real WAL and put the server's verdict beside each step.
 
 use pgrx::prelude::*;
-use snapbuild_core::replay::{bytes_with_writer_fields, compare_with_server, Replay, TraceRow};
+use snapbuild_core::replay::{
+    bytes_with_writer_fields, compare_with_server, Replay, TraceRow, TwoPhaseDecoding,
+};
 use snapbuild_core::snapbuild::{BuiltSnapshot, CommitVerdict, RestoreResult};
 use snapbuild_core::{BuilderParams, Lsn, SnapBuildState};
 
@@ -46,6 +48,8 @@ pub struct TraceInput {
     pub end: Option<Lsn>,
     /// The slot, when tracing one (its confirmed_flush is a server verdict).
     pub slot: Option<SlotCopy>,
+    /// How prepared transactions are decoded (the slot's `two_phase` and plugin).
+    pub two_phase: TwoPhaseDecoding,
     pub all_records: bool,
     /// Text of the first row.
     pub label: String,
@@ -160,7 +164,8 @@ pub fn run_trace(input: TraceInput) -> TraceIter {
     start_row.record = "REPLAY START".into();
     start_row.message = Some(input.label.clone());
     start_row.interesting = true;
-    let replay = Replay::new(p, input.slot_db);
+    let mut replay = Replay::new(p, input.slot_db);
+    replay.two_phase = input.two_phase.clone();
     let mut reader = WalReader::open(input.start);
     reader.with_names = input.all_records;
     TraceIter {
@@ -272,6 +277,7 @@ pub fn replay_capturing(
     let version = p.major.snapbuild_version();
     check_wal_available(input.start);
     let mut replay = Replay::new(p, input.slot_db);
+    replay.two_phase = input.two_phase.clone();
     replay.builder.reorder.remember = remember;
     let mut at = input.start;
     let mut last_record = None;
@@ -411,8 +417,7 @@ fn flatten(t: &Traced, p: &BuilderParams) -> Row {
         ),
         (
             r.decode.map(|d| d.label().to_owned()),
-            r.decode
-                .map(|d| d == snapbuild_core::snapbuild::DecodeVerdict::Decoded),
+            r.decode.map(|d| d.decoded()),
             timetravel,
             r.candidate_xmin.map(|c| Xid(c.1)),
             r.candidate_restart.map(|c| c.1.into()),
@@ -516,6 +521,7 @@ pub(crate) fn slot_input(slot_name: &str, all_records: bool) -> TraceInput {
         start: Lsn(slot.restart_lsn),
         end: None,
         params,
+        two_phase: TwoPhaseDecoding::for_slot(slot.two_phase, &slot.plugin),
         slot: Some(slot),
         all_records,
         label,
@@ -671,6 +677,7 @@ fn snapbuild_trace_range(
         ),
         params,
         slot: None,
+        two_phase: TwoPhaseDecoding::default(),
         all_records,
     };
     to_table(run_trace(input))
