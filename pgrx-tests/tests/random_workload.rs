@@ -38,7 +38,7 @@
 
 use pg_snapbuild_tests::*;
 use postgres::Client;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
@@ -339,7 +339,8 @@ impl<'e> Exec<'e> {
                 self.admin.batch_execute(sql).map_err(e)
             }
             Action::CreateStart(i) => {
-                let cr = Creation::start(self.env, &self.slot(*i), "test_decoding");
+                let cr =
+                    Creation::start_with(self.env, &self.slot(*i), "test_decoding", two_phase(*i));
                 self.creations[*i] = Some(cr);
                 Ok(())
             }
@@ -746,7 +747,13 @@ fn generate(env: &Env, seed: u64, txns: u64) -> (Recording, Outcome, u64) {
                 } else if end < 87 {
                     "ROLLBACK".to_owned()
                 } else if prepared.len() < 5 {
-                    let id = format!("{P}_g{step}");
+                    // Every fourth gid is one test_decoding's filter_prepare filters on
+                    // the two-phase slot (decoded as a plain commit there).
+                    let id = if step % 4 == 0 {
+                        format!("{P}_g{step}_nodecode")
+                    } else {
+                        format!("{P}_g{step}")
+                    };
                     let s = format!("PREPARE TRANSACTION '{id}'");
                     gid = Some(id);
                     s
@@ -908,32 +915,92 @@ fn check_trace_errors(_: &[&Step], o: &Outcome) -> Vec<String> {
     f
 }
 
-/// The COMMIT xids `test_decoding` emitted.
-fn server_commits(s: &SlotObs) -> BTreeSet<u64> {
-    s.decoded
+/// Slot 1 of every run decodes prepared transactions at PREPARE (created with twophase).
+fn two_phase(slot: usize) -> bool {
+    slot == 1
+}
+
+/// What `test_decoding` emitted that ends a transaction, as (callback, xid), sorted:
+/// `COMMIT x` → commit, `PREPARE TRANSACTION 'g', txid x` → prepare, `COMMIT PREPARED …`
+/// → commit_prepared, `ROLLBACK PREPARED …` → rollback_prepared.
+fn server_commits(s: &SlotObs) -> Vec<(String, u64)> {
+    let mut v: Vec<(String, u64)> = s
+        .decoded
         .as_ref()
         .map(|lines| {
             lines
                 .iter()
-                .filter(|(_, d)| d.starts_with("COMMIT "))
-                .filter_map(|(_, d)| d.split_whitespace().nth(1).and_then(|x| x.parse().ok()))
+                .filter_map(|(_, d)| {
+                    let txid = || {
+                        d.rsplit(", txid ")
+                            .next()
+                            .and_then(|x| x.trim().parse().ok())
+                    };
+                    let kind = if d.starts_with("PREPARE TRANSACTION ") {
+                        "prepare"
+                    } else if d.starts_with("COMMIT PREPARED ") {
+                        "commit_prepared"
+                    } else if d.starts_with("ROLLBACK PREPARED ") {
+                        "rollback_prepared"
+                    } else if d.starts_with("COMMIT ") {
+                        return d
+                            .split_whitespace()
+                            .nth(1)
+                            .and_then(|x| x.parse().ok())
+                            .map(|x| ("commit".to_owned(), x));
+                    } else {
+                        return None;
+                    };
+                    txid().map(|x| (kind.to_owned(), x))
+                })
                 .collect()
         })
-        .unwrap_or_default()
+        .unwrap_or_default();
+    v.sort();
+    v
 }
 
-/// The xids of the rows the replay calls decoded, up to the flush position.
-fn replay_decoded(s: &SlotObs) -> BTreeSet<u64> {
-    s.trace
+/// The output plugin callbacks a trace verdict stands for (DecodeVerdict::sends).
+fn verdict_sends(label: &str) -> &'static [&'static str] {
+    match label {
+        "decoded" => &["commit"],
+        "prepared" => &["prepare"],
+        "commit prepared" => &["commit_prepared"],
+        "prepared and commit prepared" => &["prepare", "commit_prepared"],
+        "rollback prepared" => &["rollback_prepared"],
+        _ => &[],
+    }
+}
+
+/// The same from the replay: the rows up to the flush position, by their verdicts.
+fn replay_decoded(s: &SlotObs) -> Vec<(String, u64)> {
+    let mut v: Vec<(String, u64)> = s
+        .trace
         .as_ref()
         .map(|rows| {
             rows.iter()
                 .filter(|r| r.end_lsn.is_some_and(|e| e <= s.flush))
-                .filter(|r| r.raw.get("decoded").and_then(|v| v.as_bool()) == Some(true))
-                .filter_map(|r| r.xid)
+                .flat_map(|r| {
+                    let sends = verdict_sends(&js(&r.raw, "verdict").unwrap_or_default());
+                    let decoded = r.raw.get("decoded").and_then(|v| v.as_bool()) == Some(true);
+                    // `decoded` is true exactly for the verdicts that send something; a
+                    // row where it is not shows up as a difference of its own.
+                    let mismatch: &[&str] = if decoded == !sends.is_empty() {
+                        &[]
+                    } else {
+                        &["decoded column contradicts the verdict"]
+                    };
+                    sends
+                        .iter()
+                        .chain(mismatch)
+                        .filter_map(|k| r.xid.map(|x| ((*k).to_owned(), x)))
+                        .collect::<Vec<_>>()
+                })
                 .collect()
         })
-        .unwrap_or_default()
+        .unwrap_or_default();
+    v.sort();
+    v
 }
 
 fn check_decoded(_: &[&Step], o: &Outcome) -> Vec<String> {
@@ -946,7 +1013,21 @@ fn check_decoded(_: &[&Step], o: &Outcome) -> Vec<String> {
         if ours == server {
             continue;
         }
-        let differing: BTreeSet<u64> = ours.symmetric_difference(&server).copied().collect();
+        let only = |a: &[(String, u64)], b: &[(String, u64)]| -> Vec<(String, u64)> {
+            let mut rest = b.to_vec();
+            a.iter()
+                .filter(|x| match rest.iter().position(|y| y == *x) {
+                    Some(p) => {
+                        rest.remove(p);
+                        false
+                    }
+                    None => true,
+                })
+                .cloned()
+                .collect()
+        };
+        let (ours_only, server_only) = (only(&ours, &server), only(&server, &ours));
+        let differing: BTreeSet<u64> = ours_only.iter().chain(&server_only).map(|x| x.1).collect();
         let detail: Vec<String> = rows
             .iter()
             .filter(|r| r.xid.is_some_and(|x| differing.contains(&x)))
@@ -965,8 +1046,8 @@ fn check_decoded(_: &[&Step], o: &Outcome) -> Vec<String> {
              (all their records: snapbuild_trace('{}', true)):\n{}",
             s.name,
             fmt_lsn(s.flush),
-            ours.difference(&server).collect::<Vec<_>>(),
-            server.difference(&ours).collect::<Vec<_>>(),
+            ours_only,
+            server_only,
             s.name,
             detail.join("\n")
         ));
@@ -1411,9 +1492,10 @@ fn render_steps(env: &Env, rec: &Recording, idx: &[usize], out: &Outcome) -> Str
             Action::CreateStart(i) => writeln!(
                 s,
                 "-- admin: create slot {} starts (in a session of its own; returns once the slot is consistent)\n\
-                 SELECT lsn FROM pg_create_logical_replication_slot('{}', 'test_decoding');",
+                 SELECT lsn FROM pg_create_logical_replication_slot('{}', 'test_decoding', false, {});",
                 slot(*i),
-                slot(*i)
+                slot(*i),
+                two_phase(*i)
             ),
             Action::CreateFinish(i) => writeln!(
                 s,
@@ -1619,6 +1701,24 @@ fn run_seed_report(
     let (mut decoded_total, mut files_agreeing, mut commits_seen, mut writer_dependent) =
         (0usize, 0usize, 0usize, 0usize);
     let mut files_byte_equal = 0usize;
+    // The two-phase slot: what test_decoding emitted by kind, and the replay's verdicts on
+    // prepared transactions (so a run shows which two-phase paths it went through).
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for s in &out.slots {
+        for (k, _) in server_commits(s) {
+            *kinds.entry(k).or_default() += 1;
+        }
+        for r in s.trace.iter().flatten() {
+            if let Some(v) = js(&r.raw, "verdict") {
+                if matches!(
+                    r.record.as_str(),
+                    "PREPARE" | "COMMIT_PREPARED" | "ABORT_PREPARED"
+                ) {
+                    *kinds.entry(format!("{} {v}", r.record)).or_default() += 1;
+                }
+            }
+        }
+    }
     for s in &out.slots {
         decoded_total += server_commits(s).len();
         commits_seen += s
@@ -1641,7 +1741,7 @@ fn run_seed_report(
     }
     println!(
         "pgsnap-counts: random seed {seed} PG{} transactions {done_txns} steps {} units {} slots created {created} \
-         slot states predicted {} commits traced {commits_seen} decoded by test_decoding {decoded_total} .snap files agreeing {files_agreeing} \
+         slot states predicted {} commits traced {commits_seen} decoded by test_decoding {decoded_total} ({kinds:?}) .snap files agreeing {files_agreeing} \
          (of which xmax/committed written by a decoder that started elsewhere {writer_dependent}; byte for byte {files_byte_equal}) failures {} ({:.1}s)",
         env.major,
         rec.steps.len(),
