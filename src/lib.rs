@@ -20,7 +20,7 @@ REVOKE ALL ON FUNCTION snapbuild_trace_range(pg_lsn, pg_lsn, xid, bool, bool, pg
 REVOKE ALL ON FUNCTION snapbuild_slots() FROM PUBLIC;
 REVOKE ALL ON FUNCTION snapbuild_historic_snapshot(name, pg_lsn, xid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION snapbuild_historic_snapshot_from_file(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION snapbuild_visibility(regclass, name, pg_lsn, xid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION snapbuild_visibility(regclass, name, pg_lsn, xid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION snapbuild_historic_visible(xid, xid, integer, integer, xid, xid, xid[], xid[], integer, integer, xid, xid[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION snapbuild_slot_prediction(name, pg_lsn) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION snapbuild_snapshot_info(text) TO pg_read_server_files;
@@ -31,7 +31,7 @@ GRANT EXECUTE ON FUNCTION snapbuild_trace_range(pg_lsn, pg_lsn, xid, bool, bool,
 GRANT EXECUTE ON FUNCTION snapbuild_slots() TO pg_monitor;
 GRANT EXECUTE ON FUNCTION snapbuild_historic_snapshot(name, pg_lsn, xid) TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_historic_snapshot_from_file(text) TO pg_read_server_files;
-GRANT EXECUTE ON FUNCTION snapbuild_visibility(regclass, name, pg_lsn, xid) TO pg_read_server_files;
+GRANT EXECUTE ON FUNCTION snapbuild_visibility(regclass, name, pg_lsn, xid, text) TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_historic_visible(xid, xid, integer, integer, xid, xid, xid[], xid[], integer, integer, xid, xid[]) TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_slot_prediction(name, pg_lsn) TO pg_read_server_files;
 "#,

@@ -32,9 +32,10 @@ pub struct Judged {
     pub header: TupleHeader,
     /// HeapTupleGetUpdateXid of a multixact xmax that updates (not just locks).
     pub update_xid: Option<u32>,
-    pub rust: HistoricVerdict,
-    /// The tuple-cid map's entry for this tuple after the verdict (no lookup of mapping
-    /// files of its own).
+    /// Our verdict; `None` when the scan asked for the server's only.
+    pub rust: Option<HistoricVerdict>,
+    /// The tuple-cid map's entry for this tuple after the verdicts (no lookup of mapping
+    /// files of its own): our map's with our verdict, else the server's hash's.
     pub cids: Option<TupleCidEnt>,
     pub server_visible: bool,
 }
@@ -146,6 +147,27 @@ impl Drop for PinnedPage {
             pg_sys::ReleaseBuffer(self.buf);
         }
     }
+}
+
+/// The entry the server's tuple-cid hash `h` holds for `key` (HASH_FIND: nothing is
+/// added), as its routine left it (mapping files it applied included).
+unsafe fn server_cid_entry(h: *mut pg_sys::HTAB, key: &TupleCidKey) -> Option<TupleCidEnt> {
+    if h.is_null() {
+        return None;
+    }
+    let k = cid_key(key);
+    let mut found = false;
+    let ent = pg_sys::hash_search(
+        h,
+        &k as *const CidKey as *const std::ffi::c_void,
+        pg_sys::HASHACTION::HASH_FIND,
+        &mut found,
+    ) as *const CidEnt;
+    (found && !ent.is_null()).then(|| TupleCidEnt {
+        cmin: (*ent).cmin,
+        cmax: (*ent).cmax,
+        combocid: (*ent).combocid,
+    })
 }
 
 /// The historic snapshot installed for catalog access, as ReorderBufferProcessTXN
@@ -342,6 +364,8 @@ unsafe fn open_heap(rel_oid: pg_sys::Oid) -> OpenRel {
 
 /// Judges every tuple of `rel_oid` under `snapshot` with the decoding transaction's
 /// tuple-cid entries (`None`: no hash, as ReorderBufferBuildTupleCidHash leaves it).
+/// With `with_rust` false only the server judges (everything else is the same: the
+/// snapshot, the hash, the pinned and share-locked page); the benchmark's baseline.
 ///
 /// Errors: as [`open_heap`]; `object_not_in_prerequisite_state` when a historic snapshot
 /// is already installed in this backend; `data_corrupted` for a page whose line pointers
@@ -350,6 +374,7 @@ pub fn judge_relation(
     rel_oid: pg_sys::Oid,
     snapshot: &HistoricSnapshot,
     tuplecids: Option<&[TupleCid]>,
+    with_rust: bool,
 ) -> Scan {
     unsafe {
         if pg_sys::HistoricSnapshotActive() {
@@ -394,21 +419,28 @@ pub fn judge_relation(
             let locator = buffer_locator(page.buf);
             // Our verdicts first, from the headers as read under the share lock.
             let first = out.len();
+            out.reserve(items.len());
             for it in &items {
                 let key = TupleCidKey {
                     locator,
                     block,
                     offset: it.item.offnum,
                 };
-                let rust = satisfies_historic_mvcc(
-                    &it.header,
-                    &key,
-                    snapshot,
-                    &mut resolver,
-                    &mut lookups,
-                )
-                .unwrap_or_else(|e| raise_lookup(e));
-                let update_xid = rust.update_xid.or_else(|| {
+                let rust = if with_rust {
+                    Some(
+                        satisfies_historic_mvcc(
+                            &it.header,
+                            &key,
+                            snapshot,
+                            &mut resolver,
+                            &mut lookups,
+                        )
+                        .unwrap_or_else(|e| raise_lookup(e)),
+                    )
+                } else {
+                    None
+                };
+                let update_xid = rust.as_ref().and_then(|r| r.update_xid).or_else(|| {
                     it.header
                         .has_multi_updater()
                         .then(|| lookups.update_xid(it.header.raw_xmax, it.header.infomask))
@@ -419,7 +451,7 @@ pub fn judge_relation(
                     lp_len: it.item.len,
                     header: it.header,
                     update_xid,
-                    cids: resolver.peek(&key),
+                    cids: if with_rust { resolver.peek(&key) } else { None },
                     rust,
                     server_visible: false,
                 });
@@ -437,6 +469,14 @@ pub fn judge_relation(
                         base.add(it.item.off as usize) as *mut pg_sys::HeapTupleHeaderData;
                     j.server_visible =
                         pg_sys::HeapTupleSatisfiesVisibility(&mut htup, c_snap, page.buf);
+                    if !with_rust {
+                        let key = TupleCidKey {
+                            locator,
+                            block,
+                            offset: it.item.offnum,
+                        };
+                        j.cids = server_cid_entry(c_hash, &key);
+                    }
                 }
             }
             drop(page);

@@ -636,6 +636,11 @@ impl XminBranch {
         XminBranch::InRangeNotInXip,
     ];
 
+    /// The position in [`Self::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             XminBranch::Invalid => "xmin invalid",
@@ -698,6 +703,11 @@ impl XmaxBranch {
         XmaxBranch::InRangeNotInXip,
     ];
 
+    /// The position in [`Self::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             XmaxBranch::Invalid => "xmax invalid",
@@ -732,10 +742,26 @@ pub struct HistoricVerdict {
 impl HistoricVerdict {
     /// "xmin branch" or "xmin branch; xmax branch".
     pub fn branch_text(&self) -> String {
-        match self.xmax_branch {
-            Some(x) => format!("{}; {}", self.xmin_branch.label(), x.label()),
-            None => self.xmin_branch.label().to_owned(),
-        }
+        self.branch_str().to_owned()
+    }
+
+    /// [`Self::branch_text`] without an allocation per call: the 10 × 13 texts are
+    /// formatted once, on first use, and kept for the life of the process.
+    pub fn branch_str(&self) -> &'static str {
+        const XMAX_SLOTS: usize = XmaxBranch::ALL.len() + 1;
+        static TEXTS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+        let texts = TEXTS.get_or_init(|| {
+            let mut v = Vec::with_capacity(XminBranch::ALL.len() * XMAX_SLOTS);
+            for m in XminBranch::ALL {
+                v.push(m.label().to_owned());
+                for x in XmaxBranch::ALL {
+                    v.push(format!("{}; {}", m.label(), x.label()));
+                }
+            }
+            v
+        });
+        let xmax = self.xmax_branch.map_or(0, |x| x.index() + 1);
+        &texts[self.xmin_branch.index() * XMAX_SLOTS + xmax]
     }
 }
 
@@ -940,6 +966,27 @@ mod tests {
 
     fn live(xmin: u32, mask: u16) -> TupleHeader {
         TupleHeader::with(xmin, 0, mask | HEAP_XMAX_INVALID)
+    }
+
+    #[test]
+    fn branch_str_is_every_combination() {
+        for (i, m) in XminBranch::ALL.into_iter().enumerate() {
+            assert_eq!(m.index(), i);
+            let mut v = HistoricVerdict {
+                visible: false,
+                xmin_branch: m,
+                xmax_branch: None,
+                update_xid: None,
+                resolved: None,
+            };
+            assert_eq!(v.branch_str(), m.label());
+            for (j, x) in XmaxBranch::ALL.into_iter().enumerate() {
+                assert_eq!(x.index(), j);
+                v.xmax_branch = Some(x);
+                assert_eq!(v.branch_str(), format!("{}; {}", m.label(), x.label()));
+                assert_eq!(v.branch_text(), v.branch_str());
+            }
+        }
     }
 
     #[test]

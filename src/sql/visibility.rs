@@ -238,18 +238,39 @@ type VisRow = (
     Xid,
     Xid,
     Option<Xid>,
-    Vec<String>,
+    Vec<&'static str>,
     i32,
     Option<i32>,
     Option<i32>,
     bool,
-    String,
-    String,
-    Option<String>,
+    Option<&'static str>,
+    Option<&'static str>,
+    Option<&'static str>,
+    Option<bool>,
     bool,
-    bool,
-    bool,
+    Option<bool>,
 );
+
+/// Which verdicts `snapbuild_visibility` computes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verdicts {
+    Both,
+    ServerOnly,
+}
+
+fn parse_verdicts(v: Option<&str>) -> Verdicts {
+    match v {
+        Some("both") => Verdicts::Both,
+        Some("server") => Verdicts::ServerOnly,
+        other => raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            match other {
+                Some(t) => format!("verdicts must be 'both' or 'server', not \"{t}\""),
+                None => "verdicts must be 'both' or 'server', not NULL".to_owned(),
+            },
+        ),
+    }
+}
 
 /// Every heap tuple of `rel` judged under the historic snapshot of
 /// `snapbuild_historic_snapshot(slot_name, at_lsn, xid)`, twice: `rust_visible` by
@@ -266,9 +287,17 @@ type VisRow = (
 /// has the tuple (`cid_resolved`), and `rust_branch` (the xmin branch, then the xmax
 /// branch if reached; also split into `xmin_branch` / `xmax_branch`).
 ///
+/// `verdicts` chooses what is computed: `'both'` (the default) as above; `'server'` does
+/// the same scan (same snapshot, same tuple-cid hash, same pinned share-locked buffers,
+/// the server's HeapTupleSatisfiesVisibility) but skips our verdict, so `xmin_branch`,
+/// `rust_branch`, `xmax_branch`, `rust_visible` and `agrees` are NULL, and `cmin`,
+/// `cmax`, `cid_resolved` come from the server's tuple-cid hash after its verdict. It is
+/// the baseline of `scripts/bench_visibility.sh`.
+///
 /// Nothing is written: no hint bits are set, by us or by the server's routine on this path.
 ///
-/// Errors: those of `snapbuild_historic_snapshot`; `wrong_object_type` for a relation
+/// Errors: those of `snapbuild_historic_snapshot`; `invalid_parameter_value` for a
+/// `verdicts` other than `'both'` or `'server'` (NULL included); `wrong_object_type` for a relation
 /// without heap pages; `feature_not_supported` for a temporary relation;
 /// `data_corrupted` for a page that cannot be read safely.
 #[pg_extern]
@@ -278,6 +307,7 @@ fn snapbuild_visibility(
     slot_name: Option<PgName>,
     at_lsn: default!(Option<PgLsn>, "NULL"),
     xid: default!(Option<Xid>, "NULL"),
+    verdicts: default!(Option<&str>, "'both'"),
 ) -> TableIterator<
     'static,
     (
@@ -286,56 +316,56 @@ fn snapbuild_visibility(
         name!(t_xmin, Xid),
         name!(t_xmax, Xid),
         name!(t_xmax_update, Option<Xid>),
-        name!(infomask, Vec<String>),
+        name!(infomask, Vec<&'static str>),
         name!(t_cid, i32),
         name!(cmin, Option<i32>),
         name!(cmax, Option<i32>),
         name!(cid_resolved, bool),
-        name!(xmin_branch, String),
-        name!(rust_branch, String),
-        name!(xmax_branch, Option<String>),
-        name!(rust_visible, bool),
+        name!(xmin_branch, Option<&'static str>),
+        name!(rust_branch, Option<&'static str>),
+        name!(xmax_branch, Option<&'static str>),
+        name!(rust_visible, Option<bool>),
         name!(server_visible, bool),
-        name!(agrees, bool),
+        name!(agrees, Option<bool>),
     ),
 > {
+    let verdicts = parse_verdicts(verdicts);
     let (Some(rel), Some(slot)) = (rel, slot_name) else {
         return TableIterator::new(Vec::new());
     };
     let v = slot_view(&slot.0, at_lsn, xid);
-    let scan = judge_relation(rel.0, &v.view.snapshot, v.view.tuplecids.as_deref());
+    let scan = judge_relation(
+        rel.0,
+        &v.view.snapshot,
+        v.view.tuplecids.as_deref(),
+        verdicts == Verdicts::Both,
+    );
     for f in &scan.applied_mapping_files {
         pgrx::debug1!("applied rewrite mapping file \"{f}\" to the tuple-cid map");
     }
     let valid = |c: u32| (c != INVALID_COMMAND_ID).then_some(c as i32);
-    let rows: Vec<VisRow> = scan
-        .tuples
-        .iter()
-        .map(|t| {
-            (
-                tid(t.block, t.offset),
-                t.lp_len as i32,
-                Xid(t.header.raw_xmin),
-                Xid(t.header.raw_xmax),
-                t.update_xid.map(Xid),
-                t.header
-                    .flag_names()
-                    .into_iter()
-                    .map(str::to_owned)
-                    .collect(),
-                t.header.raw_cid as i32,
-                t.cids.and_then(|c| valid(c.cmin)),
-                t.cids.and_then(|c| valid(c.cmax)),
-                t.cids.is_some(),
-                t.rust.xmin_branch.label().to_owned(),
-                t.rust.branch_text(),
-                t.rust.xmax_branch.map(|b| b.label().to_owned()),
-                t.rust.visible,
-                t.server_visible,
-                t.rust.visible == t.server_visible,
-            )
-        })
-        .collect();
+    // Rows are made as the executor asks for them: the scan's tuples are held once.
+    let rows = scan.tuples.into_iter().map(move |t| -> VisRow {
+        let rust = t.rust.as_ref();
+        (
+            tid(t.block, t.offset),
+            t.lp_len as i32,
+            Xid(t.header.raw_xmin),
+            Xid(t.header.raw_xmax),
+            t.update_xid.map(Xid),
+            t.header.flag_names(),
+            t.header.raw_cid as i32,
+            t.cids.and_then(|c| valid(c.cmin)),
+            t.cids.and_then(|c| valid(c.cmax)),
+            t.cids.is_some(),
+            rust.map(|r| r.xmin_branch.label()),
+            rust.map(|r| r.branch_str()),
+            rust.and_then(|r| r.xmax_branch.map(|b| b.label())),
+            rust.map(|r| r.visible),
+            t.server_visible,
+            rust.map(|r| r.visible == t.server_visible),
+        )
+    });
     TableIterator::new(rows)
 }
 
