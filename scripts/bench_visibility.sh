@@ -1,0 +1,243 @@
+#!/usr/bin/env bash
+# Benchmark: historic MVCC. One scan of pg_attribute (>= 1 M rows) by snapbuild_visibility
+# computing both verdicts (ours and the server's HeapTupleSatisfiesVisibility), against the
+# same scan computing only the server's (verdicts => 'server'), in one run, alternating.
+# Reports wall time, peak backend memory, the ratio both / server and that the two verdicts
+# agree on every row; writes .work/bench-vis/result.json. See README "Benchmark: historic
+# visibility".
+#
+# Like scripts/bench.sh it uses its own copy of the PostgreSQL tree and its own throw-away
+# cluster, in .work/bench-vis (recreated on every run; stopped at the end), on port
+# PGSNAP_BENCH_VIS_PORT: never the test clusters' ports or data, nor bench.sh's.
+#
+# Environment:
+#   PGSNAP_BENCH_VIS_MAJOR    PostgreSQL tree .pg/MAJOR (default 18)
+#   PGSNAP_BENCH_VIS_PORT     port (default 55431)
+#   PGSNAP_BENCH_VIS_TABLES   tables created (default 680)
+#   PGSNAP_BENCH_VIS_COLUMNS  columns per table (default 1500; 680 x (1500 + 6 system
+#                             columns) = 1.02 M pg_attribute rows)
+#   PGSNAP_BENCH_VIS_MIN_ROWS pg_attribute rows required (default 1000000)
+#   PGSNAP_BENCH_VIS_REPS     repetitions of each mode (default 5)
+#   PGSNAP_BENCH_RELEASE=1    benchmark a --release build of the work tree (cargo target dir
+#                             .work/bench-vis/target); default: the build installed in .pg/MAJOR
+#   PGSNAP_BENCH_KEEP=1       leave the cluster running afterwards
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+MAJOR=${PGSNAP_BENCH_VIS_MAJOR:-18}
+PORT=${PGSNAP_BENCH_VIS_PORT:-55431}
+TABLES=${PGSNAP_BENCH_VIS_TABLES:-680}
+COLUMNS=${PGSNAP_BENCH_VIS_COLUMNS:-1500}
+MIN_ROWS=${PGSNAP_BENCH_VIS_MIN_ROWS:-1000000}
+REPS=${PGSNAP_BENCH_VIS_REPS:-5}
+RELEASE=${PGSNAP_BENCH_RELEASE:-0}
+KEEP=${PGSNAP_BENCH_KEEP:-0}
+
+W=$ROOT/.work/bench-vis
+DATA=$W/data
+SOCK=$W/sock
+LOG=$W/server.log
+RUNS=$W/runs.tsv
+META=$W/meta.tsv
+HELPERS=$ROOT/scripts/bench
+BIN=$ROOT/.pg/$MAJOR/bin
+SLOT=bench_vis
+
+case $PORT in 5541[4-8] | 55430) echo "port $PORT belongs to the test clusters or bench.sh; pick another PGSNAP_BENCH_VIS_PORT" >&2; exit 2 ;; esac
+[ "$COLUMNS" -ge 1 ] && [ "$COLUMNS" -le 1600 ] || { echo "PGSNAP_BENCH_VIS_COLUMNS must be 1..1600" >&2; exit 2; }
+[ "$REPS" -ge 1 ] || { echo "PGSNAP_BENCH_VIS_REPS must be >= 1" >&2; exit 2; }
+[ -x "$BIN/initdb" ] || { echo "no PostgreSQL $MAJOR in $BIN: run scripts/setup.sh" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "python3 is required" >&2; exit 1; }
+
+say() { printf '==> %s\n' "$*"; }
+as_pg() { # run a command as the OS user postgres (servers refuse to run as root)
+    if [ "$(id -un)" = postgres ]; then (cd / && "$@")
+    else (cd / && sudo -n -u postgres -- "$@"); fi
+}
+stop_cluster() {
+    if [ -f "$DATA/postmaster.pid" ]; then
+        as_pg "$BIN/pg_ctl" -D "$DATA" -m fast -w -t 120 stop >/dev/null 2>&1 || true
+    fi
+}
+finish() {
+    if [ "$KEEP" = 1 ]; then say "cluster left running on port $PORT (data: $DATA)"
+    else stop_cluster; fi
+}
+
+mkdir -p "$W"
+if [ "$(id -u)" = 0 ]; then chown postgres: "$W"; fi
+stop_cluster
+
+# ---- 0. a private copy of the tree (see scripts/bench.sh) ------------------------------------
+say "copy .pg/$MAJOR to .work/bench-vis/pg"
+rm -rf "$W/pg"
+cp -a "$ROOT/.pg/$MAJOR" "$W/pg"
+BIN=$W/pg/bin
+if [ "$RELEASE" = 1 ]; then
+    say "release build of the work tree into .work/bench-vis/pg (log: $W/build.log)"
+    if [ -d "$HOME/.cargo/bin" ]; then PATH=$HOME/.cargo/bin:$PATH; fi
+    (cd "$ROOT" && CARGO_TARGET_DIR=$W/target cargo pgrx install --release --pg-config "$BIN/pg_config" \
+        --no-default-features --features "pg$MAJOR") >"$W/build.log" 2>&1 ||
+        { tail -n 30 "$W/build.log" >&2; exit 1; }
+fi
+SO=$("$BIN/pg_config" --pkglibdir)/pg_snapbuild.so
+[ -f "$SO" ] || { echo "pg_snapbuild is not installed in $BIN/..: run scripts/setup.sh" >&2; exit 1; }
+if grep -q 'precondition_check' "$SO"; then BUILD=debug; else BUILD=release; fi
+if [ "$RELEASE" = 1 ]; then
+    SOURCE="work tree at $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
+    if [ -n "$(git -C "$ROOT" status --porcelain -- src 2>/dev/null)" ]; then SOURCE="$SOURCE+changes"; fi
+else
+    SOURCE="as installed in .pg/$MAJOR on $(date -u -r "$SO" '+%Y-%m-%d %H:%M UTC')"
+fi
+say "extension $SO: $BUILD build, $SOURCE"
+if [ "$BUILD" = debug ]; then
+    say "note: an unoptimized build; for representative wall times use PGSNAP_BENCH_RELEASE=1"
+fi
+
+export PGHOST=127.0.0.1 PGPORT=$PORT PGUSER=postgres PGDATABASE=postgres
+export PATH=$BIN:$PATH
+q() { psql -X -q -At -v ON_ERROR_STOP=1 -c "$1"; }
+
+# ---- 1. a fresh cluster -----------------------------------------------------------------
+say "fresh cluster in $DATA on port $PORT"
+as_pg rm -rf "$DATA" "$SOCK"
+as_pg mkdir -p "$SOCK"
+as_pg "$BIN/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 --no-locale >"$W/initdb.log" 2>&1 ||
+    { cat "$W/initdb.log" >&2; exit 1; }
+# shared_buffers holds all of pg_attribute (~150 MiB), so no run reads from disk.
+as_pg tee -a "$DATA/postgresql.conf" >/dev/null <<EOF
+listen_addresses = '127.0.0.1'
+port = $PORT
+unix_socket_directories = '$SOCK'
+wal_level = logical
+shared_buffers = 512MB
+max_wal_size = 4GB
+fsync = off
+autovacuum = off
+max_locks_per_transaction = 256
+log_line_prefix = '%m [%p] '
+EOF
+trap finish EXIT
+as_pg "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null ||
+    { echo "bench cluster failed to start; tail of $LOG:" >&2; tail -n 30 "$LOG" >&2; exit 1; }
+q "CREATE EXTENSION pg_snapbuild" >/dev/null
+q "SELECT pg_create_logical_replication_slot('$SLOT', 'test_decoding')" >/dev/null
+
+# ---- 2. >= MIN_ROWS pg_attribute rows -------------------------------------------------------
+# TABLES tables of COLUMNS int columns, in transactions of 100 tables; then the last
+# transaction drops and adds a column in every tenth table (updated and dead pg_attribute
+# tuples, so the xmax side is exercised too).
+say "create $TABLES tables of $COLUMNS columns"
+t0=$SECONDS
+for ((first = 0; first < TABLES; first += 100)); do
+    last=$((first + 100 < TABLES ? first + 100 : TABLES))
+    q "DO \$\$
+DECLARE cols text := (SELECT string_agg(format('c%s int', i), ', ') FROM generate_series(1, $COLUMNS) AS i);
+BEGIN
+  FOR t IN $first .. $((last - 1)) LOOP
+    EXECUTE format('CREATE TABLE bench_vis_%s (%s)', t, cols);
+  END LOOP;
+END \$\$" >/dev/null
+    printf '    tables %d..%d\n' "$first" "$((last - 1))"
+done
+q "DO \$\$
+BEGIN
+  FOR t IN 0 .. $((TABLES - 1)) BY 10 LOOP
+    EXECUTE format('ALTER TABLE bench_vis_%s DROP COLUMN c1, ADD COLUMN extra int', t);
+  END LOOP;
+END \$\$" >/dev/null
+ROWS=$(q "SELECT count(*) FROM pg_attribute")
+say "pg_attribute: $ROWS rows, $(q "SELECT pg_relation_size('pg_attribute') / 8192") blocks ($((SECONDS - t0)) s)"
+[ "$ROWS" -ge "$MIN_ROWS" ] || { echo "only $ROWS pg_attribute rows (< $MIN_ROWS): raise PGSNAP_BENCH_VIS_TABLES" >&2; exit 1; }
+# VACUUM sets the hint bits a long-lived catalog has (the historic routine sets none), so
+# both sides mostly read hints rather than the commit log.
+q "VACUUM pg_attribute" >/dev/null
+
+# Move the slot's restart_lsn to the end, so the replay that builds the snapshot (common
+# to both modes) covers a little WAL only: a RUNNING_XACTS, then consume past it, twice
+# (the second confirms the restart candidate of the first).
+for _ in 1 2 3; do
+    if [ "$MAJOR" -ge 16 ]; then q "SELECT pg_log_standby_snapshot()" >/dev/null; else q "CHECKPOINT"; fi
+    q "SELECT pg_replication_slot_advance('$SLOT', pg_current_wal_flush_lsn())" >/dev/null
+done
+REPLAY_BYTES=$(q "SELECT (pg_current_wal_flush_lsn() - restart_lsn)::bigint FROM pg_replication_slots WHERE slot_name = '$SLOT'")
+say "slot $SLOT: $REPLAY_BYTES bytes of WAL from restart_lsn to the end"
+# Load pg_attribute into shared buffers before the first timed run.
+q "SELECT count(*) FROM snapbuild_visibility('pg_attribute', '$SLOT', verdicts => 'server')" >/dev/null
+
+# ---- 3. measurements ----------------------------------------------------------------------
+# One line per run in $RUNS: id mode rep rows agrees server_visible wall_s cpu_s vmhwm_kib anon_kib
+: >"$RUNS"
+export BENCH_HELPERS=$HELPERS BENCH_SAMPLES=$W/samples
+# run_one ID MODE REP QUERY: QUERY (returns n, agree, vis) on a fresh connection. Wall time:
+# the server's clock around the statement; CPU time: the backend's utime + stime
+# (/proc/<pid>/stat) around it, which other load on the machine disturbs less. Peak RSS:
+# the backend's VmHWM right after it, on the same connection; peak anon: RssAnon sampled
+# every 5 ms (scripts/bench/sample.py).
+run_one() {
+    local id=$1 mode=$2 rep=$3 query=$4 out n agree vis secs ticks0 ticks1 cpu hwm anon
+    rm -rf "$BENCH_SAMPLES"
+    mkdir -p "$BENCH_SAMPLES"
+    out=$(psql -X -q -At -v ON_ERROR_STOP=1 -v "query=$query" <<'SQL'
+SELECT pg_backend_pid() AS pid \gset
+\setenv BENCH_PID :pid
+\! python3 "$BENCH_HELPERS/sample.py" "$BENCH_PID" "$BENCH_SAMPLES" >/dev/null & i=0; while [ ! -e "$BENCH_SAMPLES/ready" ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done
+\! cut -d')' -f2- "/proc/$BENCH_PID/stat" | awk '{ print $12 + $13 }'
+SELECT clock_timestamp() AS t0 \gset
+:query \gset
+SELECT extract(epoch FROM clock_timestamp() - :'t0'::timestamptz) AS secs \gset
+\! cut -d')' -f2- "/proc/$BENCH_PID/stat" | awk '{ print $12 + $13 }'
+\! touch "$BENCH_SAMPLES/stop"; i=0; while [ ! -e "$BENCH_SAMPLES/peaks" ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done
+\echo :n :agree :vis :secs
+\! awk '$1 == "VmHWM:" { print $2 }' "/proc/$BENCH_PID/status"
+SQL
+)
+    ticks0=$(sed -n 1p <<<"$out")
+    ticks1=$(sed -n 2p <<<"$out")
+    read -r n agree vis secs <<<"$(sed -n 3p <<<"$out")"
+    hwm=$(sed -n 4p <<<"$out")
+    cpu=$(awk -v a="$ticks0" -v b="$ticks1" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", (b - a) / hz }')
+    if [ -z "$hwm" ] || [ ! -s "$BENCH_SAMPLES/peaks" ]; then
+        echo "no memory figures for $id: $out" >&2; exit 1
+    fi
+    read -r _ anon _ <"$BENCH_SAMPLES/peaks"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$id" "$mode" "$rep" "$n" "$agree" "$vis" "$secs" "$cpu" "$hwm" "$anon" >>"$RUNS"
+    printf '    %-8s #%s %8s rows  agree %8s  visible %8s  %6.2f s (cpu %5.2f s)  peak RSS %4d MiB  anon %4d MiB\n' \
+        "$mode" "$rep" "$n" "$agree" "$vis" "$secs" "$cpu" $((hwm / 1024)) $((anon / 1024))
+}
+scan_query() { # MODE: the same statement text for both modes
+    echo "SELECT count(*) AS n, count(*) FILTER (WHERE agrees) AS agree, count(*) FILTER (WHERE server_visible) AS vis FROM snapbuild_visibility('pg_attribute', '$SLOT', verdicts => '$1')"
+}
+
+read -r IDLE_KIB IDLE_ANON_KIB <<<"$(psql -X -q -At -v ON_ERROR_STOP=1 <<'SQL'
+SELECT pg_backend_pid() AS pid \gset
+\setenv BENCH_PID :pid
+\! awk '$1 == "VmHWM:" { h = $2 } $1 == "RssAnon:" { a = $2 } END { print h, a }' "/proc/$BENCH_PID/status"
+SQL
+)"
+say "idle backend: peak RSS (VmHWM) $((IDLE_KIB / 1024)) MiB, RssAnon $((IDLE_ANON_KIB / 1024)) MiB"
+say "$REPS runs of each mode, alternating (server first in odd rounds, both first in even ones)"
+for ((rep = 1; rep <= REPS; rep++)); do
+    if ((rep % 2)); then order=(server both); else order=(both server); fi
+    for mode in "${order[@]}"; do run_one "${mode}_$rep" "$mode" "$rep" "$(scan_query "$mode")"; done
+    # The snapshot alone (the replay from restart_lsn both modes start with).
+    run_one "snapshot_$rep" snapshot "$rep" \
+        "SELECT count(*) AS n, 0 AS agree, 0 AS vis FROM snapbuild_historic_snapshot('$SLOT')"
+done
+
+# Branch mix of the scan (untimed).
+q "SELECT coalesce(rust_branch, '?') || E'\t' || count(*) FROM snapbuild_visibility('pg_attribute', '$SLOT') GROUP BY rust_branch ORDER BY count(*) DESC" >"$W/branches.tsv"
+
+# ---- 4. report ----------------------------------------------------------------------------
+{
+    printf 'postgresql\t%s\n' "$(q "SHOW server_version")"
+    printf 'extension_so\t%s\nextension_build\t%s\nextension_source\t%s\n' "$SO" "$BUILD" "$SOURCE"
+    printf 'cpus\t%s\n' "$(nproc)"
+    printf 'tables\t%s\ncolumns\t%s\npg_attribute_rows\t%s\n' "$TABLES" "$COLUMNS" "$ROWS"
+    printf 'pg_attribute_blocks\t%s\n' "$(q "SELECT pg_relation_size('pg_attribute') / 8192")"
+    printf 'replay_wal_bytes\t%s\n' "$REPLAY_BYTES"
+    printf 'idle_backend_peak_kib\t%s\nidle_backend_anon_kib\t%s\n' "$IDLE_KIB" "$IDLE_ANON_KIB"
+    printf 'shared_buffers\t%s\n' "$(q "SHOW shared_buffers")"
+} >"$META"
+echo
+python3 "$HELPERS/report_visibility.py" "$RUNS" "$META" "$W/branches.tsv" "$W/result.json"
