@@ -1,0 +1,1401 @@
+//! Named scenarios on real concurrent sessions, in the shapes of contrib/test_decoding's
+//! isolation specs (delayed startup, catalog changes across a serialization point,
+//! subtransaction-only catalog changes, aborted DDL, standby snapshots between steps,
+//! two-phase transactions around slot creation), each checked against the real server:
+//!
+//! 1. what `test_decoding` emitted (`pg_logical_slot_peek_changes` with `include-xids`,
+//!    `skip-empty-xacts` off: its COMMIT / PREPARE TRANSACTION / COMMIT PREPARED /
+//!    ROLLBACK PREPARED lines) equals what the replay's decode verdicts say it emits
+//!    (`emitted_by_test_decoding` / `emitted_by_replay`), at every step;
+//! 2. a slot created in the scenario: the replayed creation (`snapbuild_trace_range` with
+//!    the slot's catalog_xmin, in_slot_creation) becomes consistent on the record ending
+//!    at the LSN `pg_create_logical_replication_slot` returned, and the server's LOG lines
+//!    of the creating backend are the replay's;
+//! 3. no trace row disagrees with the server; a serialize row with a `.snap` file the
+//!    server wrote agrees, byte for byte where compared;
+//! 4. after a restart from a serialized snapshot (b, c), the commit of the transaction
+//!    whose catalog change lies before the restart point is time travel in the replay,
+//!    and the server decodes the DML that follows with the new column.
+//!
+//! Needs the environment of `scripts/cluster.sh env MAJOR` (see pgrx-tests/README.md).
+//! Every failure of a scenario is collected and reported at its end (`FAILURE:` lines);
+//! counts are printed on `pgsnap-counts:` lines (run with --nocapture).
+
+use pg_snapbuild_tests::*;
+use postgres::Client;
+use std::collections::BTreeSet;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(30);
+const CREATE_TIMEOUT: Duration = Duration::from_secs(90);
+
+type Emitted = BTreeSet<(String, u64)>;
+
+fn has(e: &Emitted, kind: &str, xid: u64) -> bool {
+    e.contains(&(kind.to_string(), xid))
+}
+
+/// Runs `f`; a panic (a failed assertion of a shared helper) becomes a collected failure.
+fn soft<T>(fails: &mut Failures, what: &str, f: impl FnOnce() -> T) -> Option<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => Some(v),
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
+            fails.check(false, || format!("{what}: {msg}"));
+            None
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Cleanup guards
+// ---------------------------------------------------------------------------------------
+
+/// Prepared transactions of a scenario: rolled back at the end if still there (a
+/// leftover prepared transaction would make every later slot creation wait for it).
+struct Prepared {
+    env: Env,
+    gids: Vec<String>,
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        let Ok(mut c) = catch_unwind(|| self.env.connect("pgsnap-sc-cleanup")) else {
+            return;
+        };
+        for g in &self.gids {
+            let left: bool = c
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM pg_prepared_xacts WHERE gid = $1)",
+                    &[g],
+                )
+                .map(|r| r.get(0))
+                .unwrap_or(false);
+            if left {
+                let _ = c.batch_execute(&format!("ROLLBACK PREPARED '{g}'"));
+            }
+        }
+    }
+}
+
+/// Tables of a scenario, dropped at the end (after the sessions and prepared
+/// transactions holding locks on them are gone).
+struct Tables {
+    env: Env,
+    names: Vec<String>,
+}
+
+impl Drop for Tables {
+    fn drop(&mut self) {
+        let Ok(mut c) = catch_unwind(|| self.env.connect("pgsnap-sc-cleanup")) else {
+            return;
+        };
+        let _ = c.batch_execute("SET lock_timeout = '10s'");
+        for t in &self.names {
+            let _ = c.batch_execute(&format!("DROP TABLE IF EXISTS {t}"));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// One scenario: the admin session, its failures and counts
+// ---------------------------------------------------------------------------------------
+
+#[derive(Default)]
+struct Counts {
+    compares: usize,
+    emitted: usize,
+    rows: usize,
+    verdict_rows: usize,
+    agrees_true: usize,
+    serialize_with_file: usize,
+    bytes_equal: usize,
+    wal_rx_matched: usize,
+    creations: usize,
+    log_lines: usize,
+    timetravel: usize,
+    restarts_b: usize,
+    subxids_unlisted: usize,
+}
+
+struct Scenario {
+    tag: &'static str,
+    env: Env,
+    c: Client,
+    pid: i32,
+    fails: Failures,
+    n: Counts,
+    t0: Instant,
+    _g: Serial,
+}
+
+/// The result of one comparison step.
+struct Step {
+    emitted: Emitted,
+    rows: Vec<TraceRow>,
+    /// The builder messages the peeking backend logged.
+    msgs: Vec<(u64, LogEntry)>,
+    /// test_decoding's lines of the peek.
+    lines: Vec<String>,
+}
+
+fn to_trace_rows(rows: Vec<Row>) -> Vec<TraceRow> {
+    rows.into_iter()
+        .map(|r| TraceRow {
+            lsn: jlsn(&r, "lsn"),
+            end_lsn: jlsn(&r, "end_lsn"),
+            record: js(&r, "record").unwrap_or_default(),
+            xid: jxid(&r, "xid"),
+            branch: js(&r, "branch"),
+            state_before: js(&r, "state_before"),
+            state: js(&r, "state"),
+            xmin: jxid(&r, "xmin"),
+            xmax: jxid(&r, "xmax"),
+            next_phase_at: jxid(&r, "next_phase_at"),
+            start_decoding_at: jlsn(&r, "start_decoding_at"),
+            running_xids: jxids(&r, "running_xids"),
+            wait_xids: jxids(&r, "wait_xids"),
+            level: js(&r, "level"),
+            message: js(&r, "message"),
+            detail: js(&r, "detail"),
+            initial_xmin_horizon: jxid(&r, "initial_xmin_horizon"),
+            in_slot_creation: jb(&r, "in_slot_creation"),
+            agrees: jb(&r, "agrees"),
+            disagreement: js(&r, "disagreement"),
+            serialized_xmin: jxid(&r, "serialized_xmin"),
+            serialized_xmax: jxid(&r, "serialized_xmax"),
+            raw: r,
+        })
+        .collect()
+}
+
+fn verdict(r: &TraceRow) -> Option<String> {
+    r.raw
+        .get("verdict")
+        .and_then(|v| v.as_str())
+        .map(str::to_owned)
+}
+
+fn timetravel(r: &TraceRow) -> Option<bool> {
+    r.raw.get("timetravel").and_then(|v| v.as_bool())
+}
+
+/// The trace rows that carry a decode verdict, one per line.
+fn dump_verdicts(rows: &[TraceRow]) -> String {
+    rows.iter()
+        .filter(|r| verdict(r).is_some())
+        .map(|r| {
+            format!(
+                "  {} .. {} {:<16} xid {:?} verdict {:?} decoded {:?} timetravel {:?}\n",
+                r.lsn.map(fmt_lsn).unwrap_or_default(),
+                r.end_lsn.map(fmt_lsn).unwrap_or_default(),
+                r.record,
+                r.xid,
+                verdict(r),
+                r.raw.get("decoded"),
+                timetravel(r)
+            )
+        })
+        .collect()
+}
+
+fn msg_kind(e: &LogEntry) -> &'static str {
+    let m = &e.message;
+    if m.starts_with("logical decoding found initial starting point") {
+        "c-1"
+    } else if m.starts_with("logical decoding found initial consistent point") {
+        "c-2"
+    } else if m.starts_with("logical decoding found consistent point") {
+        match e.detail.as_deref() {
+            Some("There are no running transactions.") => "a",
+            Some("There are no old transactions anymore.") => "c-3",
+            Some("Logical decoding will begin using saved snapshot.") => "b",
+            _ => "?",
+        }
+    } else {
+        "?"
+    }
+}
+
+impl Scenario {
+    fn start(tag: &'static str) -> Option<Scenario> {
+        let g = serial();
+        let env = env()?;
+        let mut c = env.setup();
+        let pid: i32 = c.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+        Some(Scenario {
+            tag,
+            env,
+            c,
+            pid,
+            fails: Failures::default(),
+            n: Counts::default(),
+            t0: Instant::now(),
+            _g: g,
+        })
+    }
+
+    fn check(&mut self, ok: bool, what: impl FnOnce() -> String) {
+        let tag = self.tag;
+        self.fails.check(ok, || format!("{tag}: {}", what()));
+    }
+
+    fn tables(&mut self, names: &[&str], ddl: &str) -> Tables {
+        for t in names {
+            self.c
+                .batch_execute(&format!("DROP TABLE IF EXISTS {t}"))
+                .unwrap();
+        }
+        self.c.batch_execute(ddl).unwrap();
+        Tables {
+            env: self.env.clone(),
+            names: names.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn prepared(&self, gids: &[&str]) -> Prepared {
+        let p = Prepared {
+            env: self.env.clone(),
+            gids: gids.iter().map(|s| s.to_string()).collect(),
+        };
+        // leftovers of an earlier failed run
+        drop(Prepared {
+            env: self.env.clone(),
+            gids: p.gids.clone(),
+        });
+        p
+    }
+
+    /// Runs a one-statement transaction (BEGIN; sql; COMMIT) and returns its xid.
+    fn commit_one(&mut self, sql: &str) -> u64 {
+        self.c.batch_execute("BEGIN").unwrap();
+        self.c
+            .batch_execute(sql)
+            .unwrap_or_else(|e| panic!("{sql}: {}", err_text(&e)));
+        let x: String = self
+            .c
+            .query_one("SELECT pg_current_xact_id()::xid::text", &[])
+            .unwrap()
+            .get(0);
+        self.c.batch_execute("COMMIT").unwrap();
+        x.parse().unwrap()
+    }
+
+    /// A RUNNING_XACTS record now (pg_log_standby_snapshot on 16+, CHECKPOINT on 14/15),
+    /// followed by a small commit so the WAL is flushed past it.
+    fn running_xacts(&mut self, flush_table: &str) -> Option<u64> {
+        let l = self.env.log_standby_snapshot(&mut self.c);
+        self.c
+            .batch_execute(&format!("INSERT INTO {flush_table} VALUES (0)"))
+            .unwrap();
+        l
+    }
+
+    fn get_changes(&mut self, slot: &str) -> Vec<String> {
+        self.c
+            .query(
+                "SELECT data FROM pg_logical_slot_get_changes($1::name, NULL, NULL, 'include-xids', '1', 'skip-empty-xacts', '0')",
+                &[&slot],
+            )
+            .unwrap_or_else(|e| panic!("get_changes({slot}): {}", err_text(&e)))
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    }
+
+    /// Check 3 on a trace: no row disagrees; a serialize row at an LSN where the server
+    /// wrote a .snap file agrees; no byte-for-byte difference.
+    fn check_rows(&mut self, slot: &str, step: &str, rows: &[TraceRow]) {
+        let files = server_snap_files(&mut self.c);
+        let tag = self.tag;
+        for r in rows {
+            self.n.rows += 1;
+            if r.agrees == Some(true) {
+                self.n.agrees_true += 1;
+            }
+            self.fails.check(r.agrees != Some(false), || {
+                format!(
+                    "{tag} {step}: {slot}: trace row disagrees with the server: {}",
+                    r.show()
+                )
+            });
+            let with_file = r.branch_is("serialize")
+                && r.lsn.is_some_and(|l| files.contains_key(&snap_name(l)));
+            if with_file {
+                self.n.serialize_with_file += 1;
+                self.fails.check(r.agrees == Some(true), || {
+                    format!(
+                        "{tag} {step}: {slot}: serialize row at {} has a .snap file the server wrote but agrees = {:?}: {}",
+                        fmt_lsn(r.lsn.unwrap()),
+                        r.agrees,
+                        r.show()
+                    )
+                });
+            }
+            match r.raw.get("bytes_agree").and_then(|v| v.as_bool()) {
+                Some(true) => self.n.bytes_equal += 1,
+                Some(false) => self.fails.check(false, || {
+                    format!(
+                        "{tag} {step}: {slot}: the replay's file differs byte for byte from the server's: {}",
+                        r.show()
+                    )
+                }),
+                None => {}
+            }
+            if let Some(v) = verdict(r) {
+                self.n.verdict_rows += 1;
+                let emits = !emits_for_verdict(&v).is_empty();
+                let decoded = r.raw.get("decoded").and_then(|v| v.as_bool());
+                self.fails.check(decoded == Some(emits), || {
+                    format!(
+                        "{tag} {step}: {slot}: row with verdict {v:?} has decoded = {decoded:?}: {}",
+                        r.show()
+                    )
+                });
+            }
+        }
+    }
+
+    /// The WAL descriptions of RUNNING_XACTS list subtransactions only from 16 on, while a
+    /// trace row's running_xids holds the record's xids and subxids. Before 16 the rows
+    /// handed to `check_trace_against_wal` keep only the xids the description lists, once
+    /// they are checked to be among the row's (the rest are counted as subxids).
+    fn subxacts_hidden_by_14_15(
+        &mut self,
+        slot: &str,
+        step: &str,
+        restart: u64,
+        rows: &[TraceRow],
+    ) -> Vec<TraceRow> {
+        if self.env.major >= 16 {
+            return rows.to_vec();
+        }
+        let end = rows
+            .iter()
+            .filter_map(|r| r.end_lsn)
+            .max()
+            .unwrap_or(restart);
+        let wal: std::collections::BTreeMap<u64, WalRunningXacts> =
+            wal_running_xacts(&mut self.c, restart, end)
+                .into_iter()
+                .map(|w| (w.start, w))
+                .collect();
+        let tag = self.tag;
+        rows.iter()
+            .map(|r| {
+                let mut r = r.clone();
+                if let (true, Some(w), Some(run)) = (
+                    r.is("RUNNING_XACTS"),
+                    r.lsn.and_then(|l| wal.get(&l)),
+                    r.running_xids.clone(),
+                ) {
+                    let missing: Vec<u64> =
+                        w.xacts.iter().filter(|x| !run.contains(x)).copied().collect();
+                    self.fails.check(missing.is_empty(), || {
+                        format!(
+                            "{tag} {step}: {slot}: RUNNING_XACTS at {} runs {missing:?} (WAL: {}) but the trace row has {run:?}",
+                            fmt_lsn(w.start),
+                            w.description
+                        )
+                    });
+                    self.n.subxids_unlisted += run.len() - (w.xacts.len() - missing.len());
+                    r.running_xids = Some(run.into_iter().filter(|x| w.xacts.contains(x)).collect());
+                }
+                r
+            })
+            .collect()
+    }
+
+    /// Check 1 (and 3) at one point: test_decoding's emitted set up to the flush position
+    /// (a peek, which also writes the .snap files of the serialization points it passes)
+    /// against the replay's.
+    fn compare(&mut self, slot: &str, step: &str) -> Step {
+        let off = log_offset(&self.env);
+        let flush = flush_lsn(&mut self.c);
+        let lines: Vec<String> = self
+            .c
+            .query(
+                "SELECT data FROM pg_logical_slot_peek_changes($1::name, $2::text::pg_lsn, NULL, 'include-xids', '1', 'skip-empty-xacts', '0')",
+                &[&slot, &fmt_lsn(flush)],
+            )
+            .unwrap_or_else(|e| panic!("peek {slot}: {}", err_text(&e)))
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let server = emitted_by_test_decoding(&mut self.c, slot, flush);
+        let msgs = builder_messages(&log_entries_since(&self.env, off), self.pid);
+        let ss = server_slot(&mut self.c, slot);
+        let rows = match trace(&mut self.c, slot) {
+            Ok(r) => r,
+            Err(e) => {
+                let tag = self.tag;
+                self.fails.check(false, || {
+                    format!(
+                        "{tag} {step}: snapbuild_trace('{slot}') failed: {}",
+                        err_text(&e)
+                    )
+                });
+                Vec::new()
+            }
+        };
+        let ours = emitted_by_replay(&rows, flush);
+        self.n.compares += 1;
+        self.n.emitted += server.len();
+        let tag = self.tag;
+        self.fails.check(server == ours, || {
+            format!(
+                "{tag} {step}: {slot}: emitted up to {} differ: test_decoding only {:?}, replay only {:?}\n\
+                 test_decoding printed:\n  {}\nreplay verdicts:\n{}",
+                fmt_lsn(flush),
+                server.difference(&ours).collect::<Vec<_>>(),
+                ours.difference(&server).collect::<Vec<_>>(),
+                lines.join("\n  "),
+                dump_verdicts(&rows)
+            )
+        });
+        if !rows.is_empty() {
+            self.check_rows(slot, step, &rows);
+            let for_wal = self.subxacts_hidden_by_14_15(slot, step, ss.restart_lsn, &rows);
+            let c = &mut self.c;
+            if let Some(st) = soft(
+                &mut self.fails,
+                &format!("{tag} {step}: {slot}: trace against the WAL"),
+                || check_trace_against_wal(c, ss.restart_lsn, flush, &for_wal),
+            ) {
+                self.n.wal_rx_matched += st.wal_records_matched;
+            }
+        }
+        Step {
+            emitted: server,
+            rows,
+            msgs,
+            lines,
+        }
+    }
+
+    /// Check 2: the replayed creation of `slot` (from its restart_lsn, with its
+    /// catalog_xmin, in slot creation) becomes consistent on the record ending at `ret`,
+    /// and the creating backend's LOG lines are the replay's.
+    fn check_creation(&mut self, slot: &str, pid: i32, ret: u64, log_off: u64) {
+        let tag = self.tag;
+        let ss = server_slot(&mut self.c, slot);
+        self.check(ss.confirmed_flush == Some(ret), || {
+            format!(
+                "{slot}: confirmed_flush {:?} but the creation returned {}",
+                ss.confirmed_flush.map(fmt_lsn),
+                fmt_lsn(ret)
+            )
+        });
+        // the consistent message is written before the function returns; give the log a moment
+        let env = self.env.clone();
+        let mut msgs = Vec::new();
+        for _ in 0..50 {
+            msgs = builder_messages(&log_entries_since(&env, log_off), pid);
+            if msgs.iter().any(|(_, e)| {
+                e.message
+                    .starts_with("logical decoding found consistent point")
+            }) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let rows = json_rows(
+            &mut self.c,
+            "SELECT * FROM snapbuild_trace_range($1::text::pg_lsn, NULL, $2::text::xid, true)",
+            &[
+                &fmt_lsn(ss.restart_lsn),
+                &ss.catalog_xmin.unwrap_or(0).to_string(),
+            ],
+        );
+        let rows = match rows {
+            Ok(r) => to_trace_rows(r),
+            Err(e) => {
+                self.check(false, || {
+                    format!("{slot}: snapbuild_trace_range failed: {}", err_text(&e))
+                });
+                return;
+            }
+        };
+        self.n.creations += 1;
+        let crow = rows
+            .iter()
+            .find(|r| {
+                r.record != "REPLAY START"
+                    && r.state_before.as_deref() != Some("consistent")
+                    && r.state.as_deref() == Some("consistent")
+            })
+            .cloned();
+        let Some(crow) = crow else {
+            self.check(false, || {
+                format!(
+                    "{slot}: the replayed creation never becomes consistent:\n{}",
+                    dump(&rows)
+                )
+            });
+            return;
+        };
+        self.check(crow.end_lsn == Some(ret), || {
+            format!(
+                "{slot}: the replayed creation becomes consistent on a record ending at {:?}, the server returned {}:\n{}",
+                crow.end_lsn.map(fmt_lsn),
+                fmt_lsn(ret),
+                dump(&rows)
+            )
+        });
+        let server_kind = msgs.last().map(|(_, e)| msg_kind(e));
+        self.check(server_kind == crow.branch.as_deref(), || {
+            format!(
+                "{slot}: the server became consistent by {server_kind:?}, the replay by {:?}:\n{}{}",
+                crow.branch,
+                dump_log(&msgs),
+                dump(&rows)
+            )
+        });
+        self.n.log_lines += msgs.len();
+        soft(
+            &mut self.fails,
+            &format!("{tag}: {slot}: creation LOG lines vs the replay"),
+            || compare_log_with_trace(&msgs, &rows, crow.lsn),
+        );
+        let upto = crow.end_lsn.unwrap_or(0);
+        let bad: Vec<String> = rows
+            .iter()
+            .filter(|r| r.agrees == Some(false) && r.end_lsn.is_some_and(|e| e <= upto))
+            .map(|r| r.show())
+            .collect();
+        self.check(bad.is_empty(), || {
+            format!(
+                "{slot}: replayed creation rows disagree:\n{}",
+                bad.join("\n")
+            )
+        });
+    }
+
+    /// Slot creation waits for every transaction of the cluster: before one, wait (up
+    /// to 10 min) until no session outside these tests holds an xid and no prepared
+    /// transaction of someone else is left (other people may work on the same cluster).
+    fn wait_quiet(&mut self) {
+        let t0 = Instant::now();
+        let mut said = false;
+        loop {
+            let busy: Vec<String> = self
+                .c
+                .query(
+                    "SELECT 'prepared ' || gid || ' (db ' || database || ')' FROM pg_prepared_xacts WHERE gid NOT LIKE 'pgsnap_sc_%' \
+                     UNION ALL SELECT 'pid ' || pid || ' ' || coalesce(application_name, '') || ' xid ' || backend_xid \
+                       FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND backend_type = 'client backend' \
+                        AND coalesce(application_name, '') NOT LIKE 'pgsnap%'",
+                    &[],
+                )
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            if busy.is_empty() {
+                return;
+            }
+            if !said {
+                println!(
+                    "{}: waiting for others' transactions before a slot creation: {busy:?}",
+                    self.tag
+                );
+                said = true;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(600),
+                "the cluster is not quiet after 10 min (a slot creation would wait for these): {busy:?}"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// Creates `slot` (nothing of the scenario running) and checks the creation.
+    fn create_checked(&mut self, slot: &str, two_phase: bool) -> u64 {
+        self.wait_quiet();
+        let off = log_offset(&self.env);
+        let cr = Creation::start_with(&self.env, slot, "test_decoding", two_phase);
+        let pid = cr.pid;
+        let ret = cr.wait(CREATE_TIMEOUT);
+        self.check_creation(slot, pid, ret, off);
+        ret
+    }
+
+    fn finish(self, extra: &str) {
+        let n = &self.n;
+        println!(
+            "pgsnap-counts: {} PG{} compares {} emitted {} trace rows {} (verdict rows {}, agreeing {}) serialize rows with a server file {} byte-equal {} \
+             RUNNING_XACTS matched to WAL {} creations checked {} creation LOG lines {} timetravel checks {} restarts from a .snap {} subxids not in 14/15 WAL descriptions {} {extra} failures {} ({:.1}s)",
+            self.tag,
+            self.env.major,
+            n.compares,
+            n.emitted,
+            n.rows,
+            n.verdict_rows,
+            n.agrees_true,
+            n.serialize_with_file,
+            n.bytes_equal,
+            n.wal_rx_matched,
+            n.creations,
+            n.log_lines,
+            n.timetravel,
+            n.restarts_b,
+            n.subxids_unlisted,
+            self.fails.0.len(),
+            self.t0.elapsed().as_secs_f64()
+        );
+        let tag = self.tag;
+        self.fails.finish(tag);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// a. delayed startup: the creation waits for a running transaction
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_delayed_startup() {
+    let Some(mut s) = Scenario::start("a_delayed_startup") else {
+        return;
+    };
+    let (slot, tab) = ("pgsnap_sc_a", "pgsnap_sc_a_tab");
+    let _slot = SlotGuard::new(&s.env, slot);
+    let _t = s.tables(
+        &[tab],
+        &format!("CREATE TABLE {tab} (id serial primary key)"),
+    );
+
+    s.wait_quiet();
+    let mut xa = OpenXact::begin(&s.env, "pgsnap-sc-a1");
+    xa.exec(&format!("INSERT INTO {tab} DEFAULT VALUES"));
+    let a = xa.xid;
+    let off = log_offset(&s.env);
+    let mut cr = Creation::start_with(&s.env, slot, "test_decoding", false);
+    let pid = cr.pid;
+    wait_for("the creation to wait for a", WAIT, || {
+        waits_for_xid(&mut s.c, pid, a)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let returned_early = cr.try_done();
+    s.check(!returned_early, || {
+        "the creation returned while a was still running".into()
+    });
+    xa.commit();
+    let ret = cr.wait(CREATE_TIMEOUT);
+    s.check_creation(slot, pid, ret, off);
+
+    let st = s.compare(slot, "after the creation");
+    s.check(!has(&st.emitted, "commit", a), || {
+        format!("a={a} committed before the consistent point, yet test_decoding emitted it")
+    });
+    s.get_changes(slot);
+
+    let b = s.commit_one(&format!("INSERT INTO {tab} DEFAULT VALUES"));
+    let st = s.compare(slot, "b committed");
+    s.check(has(&st.emitted, "commit", b), || {
+        format!("test_decoding did not emit b={b}: {:?}", st.lines)
+    });
+    s.get_changes(slot);
+
+    let mut xc = OpenXact::begin(&s.env, "pgsnap-sc-a3");
+    xc.exec(&format!("INSERT INTO {tab} DEFAULT VALUES"));
+    let cx = xc.xid;
+    let st = s.compare(slot, "c open");
+    s.check(!has(&st.emitted, "commit", cx), || {
+        format!("c={cx} is still open, yet emitted")
+    });
+    xc.commit();
+    let st = s.compare(slot, "c committed");
+    s.check(has(&st.emitted, "commit", cx), || {
+        format!("test_decoding did not emit c={cx}: {:?}", st.lines)
+    });
+    s.finish(&format!("xids a={a} b={b} c={cx}"));
+}
+
+// ---------------------------------------------------------------------------------------
+// b, c. a catalog change before a serialization point, committed after it; decoding
+// restarted from that point
+// ---------------------------------------------------------------------------------------
+
+fn across_serialization(tag: &'static str, in_subxact: bool) {
+    let Some(mut s) = Scenario::start(tag) else {
+        return;
+    };
+    let p = if in_subxact {
+        "pgsnap_sc_c"
+    } else {
+        "pgsnap_sc_b"
+    };
+    let slot = p.to_string();
+    let tab = format!("{p}_tab");
+    let ktab = format!("{p}_k");
+    let col = format!("added_{}", &p[p.len() - 1..]);
+    let _slot = SlotGuard::new(&s.env, &slot);
+    let _t = s.tables(
+        &[&tab, &ktab],
+        &format!("CREATE TABLE {tab} (id int); CREATE TABLE {ktab} (a int)"),
+    );
+    s.create_checked(&slot, false);
+
+    // s0 changes the catalog (at top level, or only inside a released subtransaction
+    // after a top-level insert) and stays open across a RUNNING_XACTS
+    let mut s0 = OpenXact::begin(&s.env, "pgsnap-sc-s0");
+    if in_subxact {
+        s0.exec(&format!(
+            "INSERT INTO {tab} VALUES (0); SAVEPOINT sp1; ALTER TABLE {tab} ADD COLUMN {col} int"
+        ));
+    } else {
+        s0.exec(&format!("ALTER TABLE {tab} ADD COLUMN {col} int"));
+    }
+    // the xid that changed the catalog: the new pg_attribute row's xmin
+    let changer: u64 = s0
+        .text(&format!(
+            "SELECT xmin FROM pg_attribute WHERE attrelid = '{tab}'::regclass AND attname = '{col}'"
+        ))
+        .parse()
+        .unwrap();
+    if in_subxact {
+        s0.exec("RELEASE SAVEPOINT sp1");
+        s.check(changer != s0.xid, || {
+            format!(
+                "the catalog change should be the subtransaction's, not s0={}'s",
+                s0.xid
+            )
+        });
+    }
+    let ddl_end = s0.insert_lsn();
+    let rx1 = s.running_xacts(&ktab);
+    // k's first change comes after that record: while k is the oldest transaction, the
+    // slot's restart point is the last serialization point before it
+    let mut k = OpenXact::begin(&s.env, "pgsnap-sc-k");
+    k.exec(&format!("INSERT INTO {ktab} VALUES (1)"));
+    s.compare(&slot, "s0 open across a RUNNING_XACTS");
+    s.get_changes(&slot);
+    let x0 = s0.xid;
+    s0.commit();
+    let st = s.compare(&slot, "s0 committed");
+    let commit_lsn = st
+        .rows
+        .iter()
+        .find(|r| r.is("COMMIT") && r.xid == Some(x0))
+        .and_then(|r| r.lsn);
+    s.check(commit_lsn.is_some(), || {
+        format!(
+            "no COMMIT row for s0={x0} in the first decoding:\n{}",
+            dump(&st.rows)
+        )
+    });
+    let commit_lsn = commit_lsn.unwrap_or(u64::MAX);
+
+    // consume until the slot restarts between the DDL and s0's commit
+    let mut restart = None;
+    for _ in 0..8 {
+        s.running_xacts(&ktab);
+        s.get_changes(&slot);
+        let ss = server_slot(&mut s.c, &slot);
+        let files = server_snap_files(&mut s.c);
+        if ss.restart_lsn > ddl_end
+            && ss.restart_lsn < commit_lsn
+            && files.contains_key(&snap_name(ss.restart_lsn))
+        {
+            restart = Some(ss.restart_lsn);
+            break;
+        }
+    }
+    let Some(restart) = restart else {
+        let ss = server_slot(&mut s.c, &slot);
+        s.check(false, || {
+            format!(
+                "the slot's restart_lsn never settled on a serialized RUNNING_XACTS between the DDL (before {}) and s0's commit ({}): restart_lsn {}",
+                fmt_lsn(ddl_end),
+                fmt_lsn(commit_lsn),
+                fmt_lsn(ss.restart_lsn)
+            )
+        });
+        s.finish("");
+        return;
+    };
+
+    // How the server's restarted decoder can know about the catalog change: from 16 the
+    // .snap file at restart_lsn carries it in its catchange array; 14/15 remember the
+    // transactions the RUNNING_XACTS there lists (InitialRunningXacts).
+    let name = snap_name(restart);
+    let how = if s.env.major >= 16 {
+        let sql = if s.env.has_logicalinspect() {
+            "SELECT catchange_xip FROM pg_get_logical_snapshot_info($1)"
+        } else {
+            "SELECT catchange_xip FROM snapbuild_snapshot_info($1)"
+        };
+        let f = json_rows(&mut s.c, sql, &[&name])
+            .unwrap_or_else(|e| panic!("{sql} {name}: {}", err_text(&e)));
+        let cat = f
+            .first()
+            .and_then(|r| jxids(r, "catchange_xip"))
+            .unwrap_or_default();
+        s.check(cat.contains(&changer), || {
+            format!("the server's {name} (restart_lsn) has catchange {cat:?}, not the catalog-changing xid {changer}")
+        });
+        format!("catchange of {name} {cat:?}")
+    } else {
+        let w = wal_running_xacts_at(&mut s.c, restart);
+        let xacts = w.as_ref().map(|w| w.xacts.clone()).unwrap_or_default();
+        s.check(xacts.contains(&x0), || {
+            format!(
+                "the RUNNING_XACTS at restart_lsn {} must list s0={x0}: {:?}",
+                fmt_lsn(restart),
+                w.map(|w| w.description)
+            )
+        });
+        format!("RUNNING_XACTS at restart_lsn runs {xacts:?}")
+    };
+
+    // DML using the new column; a restarted decoder must see s0's commit as a catalog change
+    let dml = s.commit_one(&format!("INSERT INTO {tab} ({col}) VALUES (42)"));
+    let st = s.compare(&slot, "restarted from the serialized snapshot");
+    let first_rx = st.rows.iter().find(|r| r.is("RUNNING_XACTS")).cloned();
+    s.check(
+        first_rx
+            .as_ref()
+            .is_some_and(|r| r.lsn == Some(restart) && r.branch_is("b")),
+        || {
+            format!(
+                "the replay restarted at {} must restore its .snap (branch b):\n{}",
+                fmt_lsn(restart),
+                dump(&st.rows)
+            )
+        },
+    );
+    let kinds: Vec<&str> = st.msgs.iter().map(|(_, e)| msg_kind(e)).collect();
+    s.check(kinds.first() == Some(&"b"), || {
+        format!(
+            "the server's restart did not use the saved snapshot at {}:\n{}",
+            fmt_lsn(restart),
+            dump_log(&st.msgs)
+        )
+    });
+    if kinds.first() == Some(&"b") {
+        s.n.restarts_b += 1;
+        let (msgs, rows) = (st.msgs[..1].to_vec(), st.rows.clone());
+        let upto = first_rx.as_ref().and_then(|r| r.lsn);
+        soft(
+            &mut s.fails,
+            &format!("{tag}: restart LOG line vs the replay"),
+            || compare_log_with_trace(&msgs, &rows, upto),
+        );
+    }
+    let crow = st
+        .rows
+        .iter()
+        .find(|r| r.is("COMMIT") && r.xid == Some(x0))
+        .cloned();
+    s.n.timetravel += 1;
+    s.check(crow.as_ref().and_then(timetravel) == Some(true), || {
+        format!(
+            "after the restart at {} s0={x0}'s commit must be time travel (its catalog change lies before the restart point), trace row: {:?}\n{}",
+            fmt_lsn(restart),
+            crow.as_ref().map(|r| r.show()),
+            dump(&st.rows)
+        )
+    });
+    let want = format!("{col}[integer]:42");
+    s.check(has(&st.emitted, "commit", dml), || {
+        format!("test_decoding did not emit the DML {dml}: {:?}", st.lines)
+    });
+    s.check(
+        st.lines
+            .iter()
+            .any(|l| l.starts_with(&format!("table public.{tab}: INSERT:")) && l.contains(&want)),
+        || {
+            format!(
+                "the server's restarted decoder did not decode {tab} with the new column ({want}): {:?}",
+                st.lines
+            )
+        },
+    );
+    let kx = k.xid;
+    k.commit();
+    let st = s.compare(&slot, "k committed");
+    s.check(has(&st.emitted, "commit", kx), || {
+        format!("test_decoding did not emit k={kx}: {:?}", st.lines)
+    });
+    s.finish(&format!(
+        "s0={x0} catalog change by {changer} dml={dml} k={kx} first RUNNING_XACTS ends {:?} restart_lsn {} ({how})",
+        rx1.map(fmt_lsn),
+        fmt_lsn(restart)
+    ));
+}
+
+#[test]
+fn b_catalog_change_across_serialization_point() {
+    across_serialization("b_catalog_change_across_serialization_point", false);
+}
+
+#[test]
+fn c_subxact_only_catalog_change_across_serialization_point() {
+    across_serialization(
+        "c_subxact_only_catalog_change_across_serialization_point",
+        true,
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// d. aborted DDL (ROLLBACK, ROLLBACK TO SAVEPOINT) while another transaction runs and
+// the slot keeps decoding
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn d_aborted_ddl() {
+    let Some(mut s) = Scenario::start("d_aborted_ddl") else {
+        return;
+    };
+    let (slot, tab, other, newt) = (
+        "pgsnap_sc_d",
+        "pgsnap_sc_d_tab",
+        "pgsnap_sc_d_o",
+        "pgsnap_sc_d_new",
+    );
+    let _slot = SlotGuard::new(&s.env, slot);
+    let _t = s.tables(
+        &[tab, other, newt],
+        &format!("CREATE TABLE {tab} (id int); CREATE TABLE {other} (a int)"),
+    );
+    s.create_checked(slot, false);
+
+    let mut y = OpenXact::begin(&s.env, "pgsnap-sc-y");
+    y.exec(&format!("INSERT INTO {other} VALUES (1)"));
+    s.compare(slot, "y open");
+
+    let mut x1 = OpenXact::begin(&s.env, "pgsnap-sc-x1");
+    x1.exec(&format!(
+        "CREATE TABLE {newt} (a int); INSERT INTO {newt} VALUES (1); \
+         ALTER TABLE {tab} ADD COLUMN gone1 int; INSERT INTO {tab} VALUES (1, 1)"
+    ));
+    let a1 = x1.xid;
+    x1.rollback();
+    s.running_xacts(other);
+    let st = s.compare(slot, "x1 rolled back");
+    s.check(!st.emitted.iter().any(|(_, x)| *x == a1), || {
+        format!("the aborted x1={a1} was emitted: {:?}", st.lines)
+    });
+    s.get_changes(slot);
+
+    let mut x2 = OpenXact::begin(&s.env, "pgsnap-sc-x2");
+    x2.exec(&format!(
+        "INSERT INTO {tab} VALUES (2); SAVEPOINT s; ALTER TABLE {tab} ADD COLUMN gone2 int; \
+         INSERT INTO {tab} VALUES (3, 3); ROLLBACK TO SAVEPOINT s; INSERT INTO {tab} VALUES (4)"
+    ));
+    y.exec(&format!("INSERT INTO {other} VALUES (2)"));
+    s.running_xacts(other);
+    s.compare(slot, "x2 open after ROLLBACK TO SAVEPOINT");
+    let a2 = x2.xid;
+    x2.commit();
+    let yx = y.xid;
+    y.commit();
+    let a3 = s.commit_one(&format!("INSERT INTO {tab} VALUES (5)"));
+    let st = s.compare(slot, "all ended");
+    for x in [a2, yx, a3] {
+        s.check(has(&st.emitted, "commit", x), || {
+            format!("test_decoding did not emit {x}: {:?}", st.lines)
+        });
+    }
+    let tab_lines: Vec<&String> = st
+        .lines
+        .iter()
+        .filter(|l| l.starts_with(&format!("table public.{tab}:")))
+        .collect();
+    let want: Vec<String> = [2, 4, 5]
+        .iter()
+        .map(|v| format!("table public.{tab}: INSERT: id[integer]:{v}"))
+        .collect();
+    s.check(
+        tab_lines.iter().map(|l| l.as_str()).collect::<Vec<_>>() == want,
+        || format!("the server decoded {tab} as {tab_lines:?}, not {want:?}"),
+    );
+    s.finish(&format!("x1={a1} (rolled back) x2={a2} y={yx} x3={a3}"));
+}
+
+// ---------------------------------------------------------------------------------------
+// e. a RUNNING_XACTS between every step: during the creation (BUILDING, FULL) and after
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn e_standby_snapshots_between_steps() {
+    let Some(mut s) = Scenario::start("e_standby_snapshots_between_steps") else {
+        return;
+    };
+    let (slot, t1, t2) = ("pgsnap_sc_e", "pgsnap_sc_e1", "pgsnap_sc_e2");
+    let _slot = SlotGuard::new(&s.env, slot);
+    let _t = s.tables(
+        &[t1, t2],
+        &format!("CREATE TABLE {t1} (id int); CREATE TABLE {t2} (id int)"),
+    );
+    s.wait_quiet();
+    let mut rx = Vec::new();
+    let mut xa = OpenXact::begin(&s.env, "pgsnap-sc-ea");
+    xa.exec(&format!("INSERT INTO {t1} VALUES (1)"));
+    let a = xa.xid;
+    let off = log_offset(&s.env);
+    let cr = Creation::start_with(&s.env, slot, "test_decoding", false);
+    let pid = cr.pid;
+    wait_for("the creation to wait for a (c-1)", WAIT, || {
+        waits_for_xid(&mut s.c, pid, a)
+    });
+    rx.push(s.running_xacts(t1));
+    let mut xb = OpenXact::begin(&s.env, "pgsnap-sc-eb");
+    xb.exec(&format!("ALTER TABLE {t2} ADD COLUMN b2 int"));
+    let b = xb.xid;
+    rx.push(s.running_xacts(t1));
+    xa.exec(&format!("INSERT INTO {t1} VALUES (2)"));
+    xa.commit();
+    wait_for("the creation to wait for b (c-2)", WAIT, || {
+        waits_for_xid(&mut s.c, pid, b)
+    });
+    rx.push(s.running_xacts(t1));
+    let mut xc = OpenXact::begin(&s.env, "pgsnap-sc-ec");
+    xc.exec(&format!("INSERT INTO {t1} VALUES (3)"));
+    let cx = xc.xid;
+    rx.push(s.running_xacts(t1));
+    xb.exec(&format!("INSERT INTO {t2} (id, b2) VALUES (1, 21)"));
+    xb.commit();
+    let ret = cr.wait(CREATE_TIMEOUT);
+    s.check_creation(slot, pid, ret, off);
+    rx.push(s.running_xacts(t1));
+
+    xc.exec(&format!("INSERT INTO {t2} (id, b2) VALUES (2, 22)"));
+    rx.push(s.running_xacts(t1));
+    s.compare(slot, "c open after the creation");
+    xc.commit();
+    rx.push(s.running_xacts(t1));
+    let st = s.compare(slot, "c committed");
+    s.check(has(&st.emitted, "commit", cx), || {
+        format!("test_decoding did not emit c={cx}: {:?}", st.lines)
+    });
+    // b's DDL ran while the builder was BUILDING (decode.c passes nothing of a
+    // transaction to the builder before FULL), so to the decoder b's commit in FULL is
+    // no catalog change: the catalog snapshot built in FULL, before b committed, stays in
+    // use and c's insert into t2 (after b's commit) is decoded without b2, as is a
+    // transaction begun after the consistent point, until the next catalog-changing
+    // commit rebuilds the snapshot. What the server printed is recorded; where it shows
+    // b's column missing, the replay must not have made b's commit time travel.
+    let c_line = st
+        .lines
+        .iter()
+        .find(|l| l.starts_with(&format!("table public.{t2}: INSERT:")))
+        .cloned();
+    let b_row = st
+        .rows
+        .iter()
+        .find(|r| r.is("COMMIT") && r.xid == Some(b))
+        .map(|r| (verdict(r), timetravel(r)));
+    let after = s.commit_one(&format!("INSERT INTO {t2} (id, b2) VALUES (7, 27)"));
+    let st = s.compare(slot, "insert with b2 after the creation");
+    s.check(has(&st.emitted, "commit", after), || {
+        format!("test_decoding did not emit {after}: {:?}", st.lines)
+    });
+    let after_line = st
+        .lines
+        .iter()
+        .find(|l| l.starts_with(&format!("table public.{t2}: INSERT: id[integer]:7")))
+        .cloned();
+    let server_sees_b2 = after_line
+        .as_deref()
+        .is_some_and(|l| l.contains("b2[integer]:27"));
+    s.check(
+        server_sees_b2 || b_row.as_ref().is_some_and(|(_, tt)| *tt == Some(false)),
+        || {
+            format!(
+                "the server decodes {t2} without b's column after b committed ({after_line:?}), \
+                 so b={b}'s commit was no catalog change to it; the replay's row for it: {b_row:?}"
+            )
+        },
+    );
+    s.get_changes(slot);
+
+    let mut xd = OpenXact::begin(&s.env, "pgsnap-sc-ed");
+    xd.exec(&format!("ALTER TABLE {t1} ADD COLUMN d2 int"));
+    rx.push(s.running_xacts(t2));
+    xd.exec(&format!("INSERT INTO {t1} (id, d2) VALUES (4, 44)"));
+    rx.push(s.running_xacts(t2));
+    s.compare(slot, "d open with DDL");
+    let d = xd.xid;
+    xd.commit();
+    rx.push(s.running_xacts(t2));
+    let st = s.compare(slot, "d committed");
+    s.check(has(&st.emitted, "commit", d), || {
+        format!("test_decoding did not emit d={d}: {:?}", st.lines)
+    });
+    s.check(
+        st.lines.iter().any(|l| l.contains("d2[integer]:44")),
+        || format!("d's insert not decoded with d2: {:?}", st.lines),
+    );
+    // d's catalog change rebuilt the snapshot (its xmin is past b now): b2 is visible
+    let late = s.commit_one(&format!("INSERT INTO {t2} (id, b2) VALUES (8, 28)"));
+    let st = s.compare(slot, "insert with b2 after d");
+    s.check(
+        has(&st.emitted, "commit", late) && st.lines.iter().any(|l| l.contains("b2[integer]:28")),
+        || {
+            format!(
+                "after d's catalog change the server must decode b2: {:?}",
+                st.lines
+            )
+        },
+    );
+    s.finish(&format!(
+        "a={a} b={b} c={cx} d={d} server decoded c's insert as {c_line:?}, one begun after consistency as {after_line:?}; replay's b commit row (verdict, timetravel) {b_row:?}; RUNNING_XACTS logged {} (LSNs {:?})",
+        rx.len(),
+        rx.iter().flatten().map(|l| fmt_lsn(*l)).collect::<Vec<_>>()
+    ));
+}
+
+// ---------------------------------------------------------------------------------------
+// f. two-phase transactions around slot creation, with and without two_phase
+// ---------------------------------------------------------------------------------------
+
+fn prepare(env: &Env, app: &str, sql: &str, gid: &str) -> u64 {
+    let mut x = OpenXact::begin(env, app);
+    x.exec(sql);
+    let xid = x.xid;
+    x.prepare(gid);
+    xid
+}
+
+fn twophase_creation(tag: &'static str, two_phase: bool) {
+    let Some(mut s) = Scenario::start(tag) else {
+        return;
+    };
+    let p = if two_phase {
+        "pgsnap_sc_f2pc"
+    } else {
+        "pgsnap_sc_fplain"
+    };
+    let slot = p.to_string();
+    let tab = format!("{p}_tab");
+    let gids: Vec<String> = ["p0", "p0r", "p1", "p2"]
+        .iter()
+        .map(|g| format!("{p}_{g}"))
+        .collect();
+    let _slot = SlotGuard::new(&s.env, &slot);
+    let _t = s.tables(&[&tab], &format!("CREATE TABLE {tab} (id int)"));
+    let _prep = s.prepared(&gids.iter().map(String::as_str).collect::<Vec<_>>());
+    let ins = |v: i32| format!("INSERT INTO {tab} VALUES ({v})");
+
+    s.wait_quiet();
+    // prepared before the creation starts: the creation waits for them too
+    let mut x2 = OpenXact::begin(&s.env, "pgsnap-sc-f-x2");
+    let p0 = prepare(&s.env, "pgsnap-sc-f-p0", &ins(1), &gids[0]);
+    let p0r = prepare(&s.env, "pgsnap-sc-f-p0r", &ins(2), &gids[1]);
+    let off = log_offset(&s.env);
+    let cr = Creation::start_with(&s.env, &slot, "test_decoding", two_phase);
+    let pid = cr.pid;
+    wait_for("the creation to wait (c-1)", WAIT, || {
+        [x2.xid, p0, p0r]
+            .iter()
+            .any(|x| waits_for_xid(&mut s.c, pid, *x))
+    });
+    let mut x3 = OpenXact::begin(&s.env, "pgsnap-sc-f-x3");
+    x3.exec("SELECT 1");
+    let x3id = x3.xid;
+    x2.exec(&ins(3));
+    x2.commit();
+    s.c.batch_execute(&format!("COMMIT PREPARED '{}'", gids[0]))
+        .unwrap();
+    s.c.batch_execute(&format!("ROLLBACK PREPARED '{}'", gids[1]))
+        .unwrap();
+    wait_for("the creation to wait for x3 (c-2)", WAIT, || {
+        waits_for_xid(&mut s.c, pid, x3id)
+    });
+    // prepared between FULL and CONSISTENT
+    let p1 = prepare(&s.env, "pgsnap-sc-f-p1", &ins(4), &gids[2]);
+    let p2 = prepare(&s.env, "pgsnap-sc-f-p2", &ins(5), &gids[3]);
+    x3.commit();
+    let ret = cr.wait(CREATE_TIMEOUT);
+    s.check_creation(&slot, pid, ret, off);
+
+    let after = s.commit_one(&ins(6));
+    let st = s.compare(&slot, "created, p1 and p2 prepared");
+    s.check(has(&st.emitted, "commit", after), || {
+        format!("test_decoding did not emit {after}: {:?}", st.lines)
+    });
+    s.check(
+        !st.emitted
+            .iter()
+            .any(|(_, x)| [p0, p0r, p1, p2].contains(x)),
+        || {
+            format!(
+                "nothing of the prepared transactions is emitted before they end: {:?}",
+                st.lines
+            )
+        },
+    );
+    s.c.batch_execute(&format!("COMMIT PREPARED '{}'", gids[2]))
+        .unwrap();
+    s.c.batch_execute(&format!("ROLLBACK PREPARED '{}'", gids[3]))
+        .unwrap();
+    let st = s.compare(&slot, "p1 committed, p2 rolled back");
+    if two_phase {
+        s.check(
+            has(&st.emitted, "prepare", p1) && has(&st.emitted, "commit_prepared", p1),
+            || {
+                format!(
+                    "p1={p1} (prepared before the consistent point) must come whole at COMMIT PREPARED: {:?}",
+                    st.lines
+                )
+            },
+        );
+    } else {
+        s.check(has(&st.emitted, "commit", p1), || {
+            format!("p1={p1} must be decoded as a commit: {:?}", st.lines)
+        });
+    }
+    s.check(
+        !st.emitted.iter().any(|(_, x)| *x == p0 || *x == p0r),
+        || format!("p0/p0r ended before the consistent point: {:?}", st.lines),
+    );
+    s.finish(&format!(
+        "two_phase {two_phase} p0={p0} p0r={p0r} (ended during creation) p1={p1} (committed) p2={p2} (rolled back) emitted at the end {:?}",
+        st.emitted
+    ));
+}
+
+#[test]
+fn f1_prepared_around_creation_plain_slot() {
+    twophase_creation("f1_prepared_around_creation_plain_slot", false);
+}
+
+#[test]
+fn f1_prepared_around_creation_two_phase_slot() {
+    twophase_creation("f1_prepared_around_creation_two_phase_slot", true);
+}
+
+#[test]
+fn f2_prepared_after_creation() {
+    let Some(mut s) = Scenario::start("f2_prepared_after_creation") else {
+        return;
+    };
+    let (plain, tpc) = ("pgsnap_sc_f2_plain", "pgsnap_sc_f2_2pc");
+    let (tab, lck, rbt) = ("pgsnap_sc_f2_tab", "pgsnap_sc_f2_lock", "pgsnap_sc_f2_rbt");
+    let g = |n: &str| format!("pgsnap_sc_f2_{n}");
+    let (g_rs, g_dec, g_rb, g_nd, g_lock) =
+        (g("restart"), g("dec"), g("rb"), g("x_nodecode"), g("lock"));
+    let _s1 = SlotGuard::new(&s.env, plain);
+    let _s2 = SlotGuard::new(&s.env, tpc);
+    let _t = s.tables(
+        &[tab, lck, rbt],
+        &format!(
+            "CREATE TABLE {tab} (id int); CREATE TABLE {rbt} (id int); \
+             CREATE TABLE {lck} (id int primary key); INSERT INTO {lck} VALUES (1), (2)"
+        ),
+    );
+    let _prep = s.prepared(&[&g_rs, &g_dec, &g_rb, &g_nd, &g_lock]);
+    s.create_checked(plain, false);
+    s.create_checked(tpc, true);
+    let slots = [plain, tpc];
+
+    // decoded at PREPARE (two_phase slot) and consumed; COMMIT PREPARED comes after a restart
+    let rs = prepare(
+        &s.env,
+        "pgsnap-sc-f2-rs",
+        &format!("INSERT INTO {tab} VALUES (1)"),
+        &g_rs,
+    );
+    for sl in slots {
+        s.compare(sl, "restart: prepared");
+        let out = s.get_changes(sl);
+        if sl == tpc {
+            s.check(
+                out.iter()
+                    .any(|l| l.starts_with(&format!("PREPARE TRANSACTION '{g_rs}'"))),
+                || format!("the two_phase slot did not decode {g_rs} at PREPARE: {out:?}"),
+            );
+        }
+    }
+    s.running_xacts(tab);
+
+    let dec = prepare(
+        &s.env,
+        "pgsnap-sc-f2-dec",
+        &format!("INSERT INTO {tab} VALUES (2)"),
+        &g_dec,
+    );
+    let rb = prepare(
+        &s.env,
+        "pgsnap-sc-f2-rb",
+        &format!("INSERT INTO {rbt} VALUES (3); ALTER TABLE {rbt} ADD COLUMN rb_gone int"),
+        &g_rb,
+    );
+    let nd = prepare(
+        &s.env,
+        "pgsnap-sc-f2-nd",
+        &format!("INSERT INTO {tab} VALUES (4)"),
+        &g_nd,
+    );
+    let lock = prepare(
+        &s.env,
+        "pgsnap-sc-f2-lock",
+        &format!("SELECT id FROM {lck} WHERE id = 1 FOR UPDATE"),
+        &g_lock,
+    );
+    for sl in slots {
+        s.compare(sl, "all prepared");
+    }
+    for (gid, commit) in [
+        (&g_rs, true),
+        (&g_dec, true),
+        (&g_rb, false),
+        (&g_nd, true),
+        (&g_lock, true),
+    ] {
+        let verb = if commit { "COMMIT" } else { "ROLLBACK" };
+        s.c.batch_execute(&format!("{verb} PREPARED '{gid}'"))
+            .unwrap();
+    }
+    let after = s.commit_one(&format!("INSERT INTO {tab} VALUES (5)"));
+    let mut summary = Vec::new();
+    for sl in slots {
+        let st = s.compare(sl, "all ended");
+        s.check(has(&st.emitted, "commit", after), || {
+            format!("{sl}: test_decoding did not emit {after}: {:?}", st.lines)
+        });
+        // what the server did, for the record
+        summary.push(format!("{sl}: {:?}", st.emitted));
+        if sl == tpc {
+            s.check(
+                !has(&st.emitted, "prepare", rs) && has(&st.emitted, "commit_prepared", rs),
+                || {
+                    format!(
+                        "{g_rs}'s PREPARE was consumed: after the restart only its COMMIT PREPARED is sent: {:?}",
+                        st.lines
+                    )
+                },
+            );
+            s.check(
+                has(&st.emitted, "commit", nd) && !has(&st.emitted, "prepare", nd),
+                || {
+                    format!(
+                        "{g_nd} is filtered at PREPARE and decoded as a plain commit: {:?}",
+                        st.lines
+                    )
+                },
+            );
+        } else {
+            s.check(
+                [rs, dec, nd].iter().all(|x| has(&st.emitted, "commit", *x))
+                    && !st.emitted.iter().any(|(k, _)| k != "commit"),
+                || {
+                    format!(
+                        "without two_phase every prepared transaction is a plain commit: {:?}",
+                        st.lines
+                    )
+                },
+            );
+        }
+    }
+    s.finish(&format!(
+        "restart={rs} dec={dec} rb={rb} nodecode={nd} lock={lock} emitted at the end: {}",
+        summary.join("; ")
+    ));
+}
