@@ -313,19 +313,15 @@ impl Replay {
             ) => {
                 let two_phase =
                     head.kind == RecordKind::CommitPrepared && !self.two_phase.filter_prepare(gid);
-                let (v, d) = if two_phase {
-                    self.builder.commit_prepared(
-                        head.lsn,
-                        *x,
-                        subxacts,
-                        *has_invals,
-                        *db_id,
-                        self.slot_db,
-                    )
-                } else {
-                    self.builder
-                        .commit(head.lsn, *x, subxacts, *has_invals, *db_id, self.slot_db)
-                };
+                let (v, d) = self.builder.decode_commit(
+                    head.lsn,
+                    *x,
+                    subxacts,
+                    *has_invals,
+                    *db_id,
+                    self.slot_db,
+                    two_phase,
+                );
                 let mut row = self.row(head, before, None);
                 row.branch = Some(Branch::Commit.label());
                 row.xid = Some(*x);

@@ -1198,7 +1198,7 @@ impl SnapBuild {
     /// (record at `lsn`) of `xid` with `subxacts`; `has_invals` is
     /// `XACT_XINFO_HAS_INVALS`; `db_id` the commit's database (0 if the record has none)
     /// and `slot_db` the decoding slot's. A COMMIT PREPARED a two-phase decoder did not
-    /// filter goes through [`SnapBuild::commit_prepared`] instead.
+    /// filter goes through [`SnapBuild::decode_commit`] with `two_phase` instead.
     pub fn commit(
         &mut self,
         lsn: Lsn,
@@ -1208,22 +1208,7 @@ impl SnapBuild {
         db_id: u32,
         slot_db: u32,
     ) -> (CommitVerdict, DecodeVerdict) {
-        self.finish_commit(lsn, x, subxacts, has_invals, db_id, slot_db, false)
-    }
-
-    /// decode.c DecodeCommit with `two_phase` set (COMMIT PREPARED, two-phase decoding on,
-    /// gid not filtered): SnapBuildCommitTxn as for any commit, then
-    /// reorderbuffer.c ReorderBufferFinishPrepared against the builder's `two_phase_at`.
-    pub fn commit_prepared(
-        &mut self,
-        lsn: Lsn,
-        x: TransactionId,
-        subxacts: &[TransactionId],
-        has_invals: bool,
-        db_id: u32,
-        slot_db: u32,
-    ) -> (CommitVerdict, DecodeVerdict) {
-        self.finish_commit(lsn, x, subxacts, has_invals, db_id, slot_db, true)
+        self.decode_commit(lsn, x, subxacts, has_invals, db_id, slot_db, false)
     }
 
     /// DecodeTXNNeedSkip for a transaction-ending record at `lsn`.
@@ -1237,8 +1222,12 @@ impl SnapBuild {
         }
     }
 
+    /// decode.c DecodeCommit: SnapBuildCommitTxn, DecodeTXNNeedSkip, then
+    /// ReorderBufferCommit, or with `two_phase` (COMMIT PREPARED, two-phase decoding on, gid
+    /// not filtered) reorderbuffer.c ReorderBufferFinishPrepared against the builder's
+    /// `two_phase_at`.
     #[allow(clippy::too_many_arguments)]
-    fn finish_commit(
+    pub fn decode_commit(
         &mut self,
         lsn: Lsn,
         x: TransactionId,
