@@ -156,3 +156,195 @@ fn state_machine_invariants_on_random_histories() {
         }
     }
 }
+
+/// Random two-phase histories through decode.c's dispatch (Replay::feed) on a slot with
+/// `two_phase`: transactions that change rows, only lock rows (known, no changes) or do
+/// nothing, PREPARE, COMMIT / ROLLBACK PREPARED, plain commits, RUNNING_XACTS records; the
+/// builder is consistent after the first ones and `two_phase_at` / `start_decoding_at`
+/// are set where it became consistent, as DecodingContextFindStartpoint does.
+///
+/// The protocol a downstream relies on: COMMIT PREPARED is only sent for a transaction
+/// whose PREPARE it got (earlier, or replayed at COMMIT PREPARED), and
+/// `decoded` is true exactly when a callback ran. PostgreSQL 15.19+ keep it; 14.22 sends
+/// COMMIT PREPARED for a prepared transaction that only locked rows without
+/// ever sending its PREPARE (what pgrx-tests `scenarios` observes on the real servers):
+/// some history must show that on 14.
+#[test]
+fn two_phase_protocol_on_random_histories() {
+    use snapbuild_core::records::{RecordKind, RM_HEAP_ID, RM_STANDBY_ID, RM_XACT_ID};
+    use snapbuild_core::replay::{Payload, RecordHead, Replay, TwoPhaseDecoding};
+    use std::collections::{BTreeMap, BTreeSet};
+    for major in [14u32, 15, 18] {
+        let mut violations_14 = 0;
+        let mut seen: BTreeSet<&'static str> = BTreeSet::new();
+        for seed in 1..1500u64 {
+            let mut r = Rng(seed * 7919 + major as u64);
+            let mut p = params(major, true);
+            p.two_phase_at = Lsn(0);
+            let mut replay = Replay::new(&p, 5);
+            replay.two_phase = TwoPhaseDecoding::for_slot(true, "test_decoding");
+            let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
+            let mut lsn = 100u64;
+            let mut next: u32 = 1000;
+            // xid -> (gid, prepared?)
+            let mut open: BTreeMap<u32, Option<String>> = BTreeMap::new();
+            let mut got_prepare: BTreeSet<u32> = BTreeSet::new();
+            let mut was_consistent = false;
+            // Transactions already running when the slot is created: the builder goes
+            // through BUILDING and FULL_SNAPSHOT until they end.
+            for _ in 0..1 + r.below(3) {
+                open.insert(next, None);
+                next += 1;
+            }
+            for step in 0..120u64 {
+                lsn += 16;
+                let head = |kind, rmid, x| RecordHead {
+                    lsn: Lsn(lsn),
+                    end_lsn: Lsn(lsn + 8),
+                    xid: x,
+                    top_xid: 0,
+                    rmid,
+                    kind,
+                    name: None,
+                };
+                let pick = r.below(10);
+                let (h, payload) = if pick == 0 || step < 2 {
+                    let running: Vec<u32> = open.keys().copied().collect();
+                    let oldest = running.first().copied().unwrap_or(next);
+                    (
+                        head(RecordKind::RunningXacts, RM_STANDBY_ID, 0),
+                        Payload::RunningXacts(rx(oldest, next, &running)),
+                    )
+                } else if pick <= 2 || open.is_empty() {
+                    // a new transaction: a row change, a row lock, or a first record later
+                    let x = next;
+                    next += 1;
+                    open.insert(x, None);
+                    let kind = if r.below(3) == 0 {
+                        RecordKind::Other // heap LOCK: known, no change
+                    } else {
+                        RecordKind::Change
+                    };
+                    (head(kind, RM_HEAP_ID, x), Payload::None)
+                } else {
+                    let keys: Vec<u32> = open.keys().copied().collect();
+                    let x = keys[r.below(keys.len() as u64) as usize];
+                    match open[&x].clone() {
+                        None if r.below(3) == 0 => {
+                            (head(RecordKind::Change, RM_HEAP_ID, x), Payload::None)
+                        }
+                        None if r.below(2) == 0 => {
+                            let gid = if r.below(4) == 0 {
+                                format!("g{x}_nodecode")
+                            } else {
+                                format!("g{x}")
+                            };
+                            open.insert(x, Some(gid.clone()));
+                            (
+                                head(RecordKind::Prepare, RM_XACT_ID, x),
+                                Payload::Prepare {
+                                    xid: x,
+                                    subxacts: vec![],
+                                    db_id: 5,
+                                    gid,
+                                },
+                            )
+                        }
+                        None => {
+                            open.remove(&x);
+                            (
+                                head(RecordKind::Commit, RM_XACT_ID, x),
+                                Payload::Commit {
+                                    xid: x,
+                                    subxacts: vec![],
+                                    has_invals: false,
+                                    db_id: 5,
+                                    gid: String::new(),
+                                },
+                            )
+                        }
+                        Some(gid) => {
+                            open.remove(&x);
+                            if r.below(3) == 0 {
+                                (
+                                    head(RecordKind::AbortPrepared, RM_XACT_ID, 0),
+                                    Payload::Abort {
+                                        xid: x,
+                                        subxacts: vec![],
+                                        db_id: 5,
+                                        gid,
+                                    },
+                                )
+                            } else {
+                                (
+                                    head(RecordKind::CommitPrepared, RM_XACT_ID, 0),
+                                    Payload::Commit {
+                                        xid: x,
+                                        subxacts: vec![],
+                                        has_invals: false,
+                                        db_id: 5,
+                                        gid,
+                                    },
+                                )
+                            }
+                        }
+                    }
+                };
+                let row = replay.feed(&h, &payload, &mut none).unwrap();
+                if !was_consistent && replay.builder.state == SnapBuildState::Consistent {
+                    // DecodingContextFindStartpoint: the slot's two_phase_at and
+                    // confirmed_flush are the end of this record.
+                    was_consistent = true;
+                    replay.builder.two_phase_at = row.end_lsn;
+                    replay.builder.start_decoding_at = row.end_lsn;
+                }
+                if let Some(d) = row.decode {
+                    seen.insert(d.label());
+                    assert_eq!(d.decoded(), !d.sends().is_empty());
+                    let x = row.xid.expect("a verdict names its xid");
+                    for cb in d.sends() {
+                        match *cb {
+                            "prepare" => {
+                                got_prepare.insert(x);
+                            }
+                            // ROLLBACK PREPARED may come without its PREPARE (ReorderBuffer-
+                            // FinishPrepared replays nothing for an abort; a subscriber ignores
+                            // an unknown gid there), COMMIT PREPARED may not.
+                            "commit_prepared" => {
+                                if !got_prepare.contains(&x) {
+                                    assert_eq!(
+                                        major, 14,
+                                        "seed {seed} step {step}: {cb} of {x} without its PREPARE: {d:?}"
+                                    );
+                                    violations_14 += 1;
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+        if major == 14 {
+            assert!(
+                violations_14 > 0,
+                "14.22's lock-only COMMIT PREPARED never came up"
+            );
+        }
+        for label in [
+            "prepared",
+            "commit prepared",
+            "prepared and commit prepared",
+            "rollback prepared",
+            "prepare skipped: not yet consistent",
+            "prepare filtered: decoded at COMMIT PREPARED",
+            "skipped: no decoded changes",
+            "decoded",
+        ] {
+            assert!(
+                seen.contains(label),
+                "PG{major}: no history reached {label:?}: {seen:?}"
+            );
+        }
+    }
+}
