@@ -1090,7 +1090,7 @@ fn e_standby_snapshots_between_steps() {
         .rows
         .iter()
         .find(|r| r.is("COMMIT") && r.xid == Some(b))
-        .map(|r| (verdict(r), timetravel(r)));
+        .map(|r| (verdict(r), timetravel(r), r.disagreement.clone()));
     let after = s.commit_one(&format!("INSERT INTO {t2} (id, b2) VALUES (7, 27)"));
     let st = s.compare(slot, "insert with b2 after the creation");
     s.check(has(&st.emitted, "commit", after), || {
@@ -1105,7 +1105,7 @@ fn e_standby_snapshots_between_steps() {
         .as_deref()
         .is_some_and(|l| l.contains("b2[integer]:27"));
     s.check(
-        server_sees_b2 || b_row.as_ref().is_some_and(|(_, tt)| *tt == Some(false)),
+        server_sees_b2 || b_row.as_ref().is_some_and(|(_, tt, _)| *tt == Some(false)),
         || {
             format!(
                 "the server decodes {t2} without b's column after b committed ({after_line:?}), \
@@ -1113,6 +1113,17 @@ fn e_standby_snapshots_between_steps() {
             )
         },
     );
+    // The trace flags b's commit (a known PostgreSQL behaviour, not hidden) exactly when
+    // the server decodes without b's column.
+    let flagged = b_row
+        .as_ref()
+        .and_then(|(_, _, n)| n.as_deref())
+        .is_some_and(|n| n.starts_with("postgres-behaviour:"));
+    s.check(flagged == !server_sees_b2, || {
+        format!(
+            "b={b}'s commit row flagged {flagged}, the server decodes b's column: {server_sees_b2} ({b_row:?})"
+        )
+    });
     s.get_changes(slot);
 
     let mut xd = OpenXact::begin(&s.env, "pgsnap-sc-ed");

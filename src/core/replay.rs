@@ -104,7 +104,23 @@ pub struct TraceRow {
     /// Whether the default trace shows this row (RUNNING_XACTS, serialization points,
     /// commits, and anything that changed the builder's state or tracked sets).
     pub interesting: bool,
+    /// A known PostgreSQL behaviour this row runs into (the replay does what the server
+    /// does; the note says why that may surprise): see [`NOTE_CATALOG_CHANGE_BEFORE_FULL`].
+    pub note: Option<String>,
 }
+
+/// The note on a commit, seen in FULL_SNAPSHOT, of a transaction whose catalog changes
+/// were written before the builder reached FULL_SNAPSHOT (its commit record carries
+/// invalidations, yet nothing marked it catalog-changing: decode.c hands those records to
+/// the builder only from FULL_SNAPSHOT on). SnapBuildCommitTxn then does not add it to
+/// `committed`, and until the builder's xmin passes it every historic snapshot treats it as
+/// running: changes decoded meanwhile use the catalog without its DDL. Observed on 14.22,
+/// 15.19, 16.15, 17.11 and 18.6 (pgrx-tests `scenarios`, e); discussed on pgsql-hackers in
+/// November 2025 as "Fix logical decoding not track transaction during
+/// SNAPBUILD_BUILDING_SNAPSHOT".
+pub const NOTE_CATALOG_CHANGE_BEFORE_FULL: &str =
+    "postgres-behaviour: catalog change made before FULL_SNAPSHOT, committed in FULL_SNAPSHOT: \
+     not time-travel; historic snapshots treat the transaction as running until xmin passes it";
 
 /// Why the replay stopped early: the server would have raised this ERROR here.
 #[derive(Clone, Debug)]
@@ -236,6 +252,7 @@ impl Replay {
             candidate_xmin: None,
             candidate_restart: None,
             interesting: false,
+            note: None,
         };
         if let Some(s) = step {
             row.branch = Some(s.branch.label());
@@ -325,6 +342,12 @@ impl Replay {
                 let mut row = self.row(head, before, None);
                 row.branch = Some(Branch::Commit.label());
                 row.xid = Some(*x);
+                if *has_invals
+                    && before == SnapBuildState::FullSnapshot
+                    && v == CommitVerdict::NotCatalogChanging
+                {
+                    row.note = Some(NOTE_CATALOG_CHANGE_BEFORE_FULL.to_owned());
+                }
                 row.commit = Some(v);
                 row.decode = Some(d);
                 row.interesting = d != DecodeVerdict::NotSeenBeforeFull;

@@ -427,7 +427,7 @@ fn flatten(t: &Traced, p: &BuilderParams) -> Row {
             t.verdict.server_state.clone(),
             t.verdict.server_source.clone(),
             t.verdict.agrees,
-            t.verdict.disagreement.clone(),
+            t.verdict.disagreement.clone().or_else(|| r.note.clone()),
             t.verdict.bytes_agree,
         ),
         match &r.serialized {
