@@ -2,7 +2,7 @@
 # Benchmark: snapbuild_trace_range over >= 1 GiB of pgbench WAL, side by side with pg_waldump
 # and pg_walinspect's pg_get_wal_records_info over the same LSN range, and over its first
 # 10% and 50% (does the trace's peak memory grow with WAL length?). Reports wall time, MiB/s
-# and peak memory; writes .work/bench/result.json. See scripts/bench/README.md.
+# and peak memory; writes .work/bench/result.json. See README "Benchmark".
 #
 # It uses its own copy of the PostgreSQL tree and its own throw-away cluster in .work/bench
 # (both recreated on every run; the cluster is stopped at the end) on port PGSNAP_BENCH_PORT,
@@ -20,22 +20,16 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-MAJOR=${PGSNAP_BENCH_MAJOR:-18}
 WAL_MB=${PGSNAP_BENCH_WAL_MB:-1100}
-PORT=${PGSNAP_BENCH_PORT:-55430}
 CLIENTS=${PGSNAP_BENCH_CLIENTS:-8}
 PCTS=${PGSNAP_BENCH_PCTS:-10 50 100}
-RELEASE=${PGSNAP_BENCH_RELEASE:-0}
-KEEP=${PGSNAP_BENCH_KEEP:-0}
-
-W=$ROOT/.work/bench
-DATA=$W/data
-SOCK=$W/sock
-LOG=$W/server.log
-RUNS=$W/runs.tsv
-META=$W/meta.tsv
-HELPERS=$ROOT/scripts/bench
-BIN=$ROOT/.pg/$MAJOR/bin
+# What scripts/bench/common.sh takes; it sets RELEASE, KEEP, DATA, SOCK, LOG, RUNS, META,
+# HELPERS and BIN, and defines the helpers.
+MAJOR=${PGSNAP_BENCH_MAJOR:-18}
+PORT=${PGSNAP_BENCH_PORT:-55430}
+W_LABEL=.work/bench
+W=$ROOT/$W_LABEL
+. "$ROOT/scripts/bench/common.sh"
 
 case $PORT in 5541[4-8]) echo "port $PORT belongs to the test clusters; pick another PGSNAP_BENCH_PORT" >&2; exit 2 ;; esac
 case " $PCTS " in *" 100 "*) ;; *) echo "PGSNAP_BENCH_PCTS must include 100" >&2; exit 2 ;; esac
@@ -45,73 +39,17 @@ if [ ! -x "$BIN/pg_waldump" ] || [ ! -x "$BIN/pgbench" ]; then
 fi
 command -v python3 >/dev/null || { echo "python3 is required" >&2; exit 1; }
 
-say() { printf '==> %s\n' "$*"; }
-# run a command as the OS user postgres (servers refuse to run as root)
-as_pg() {
-    if [ "$(id -un)" = postgres ]; then (cd / && "$@")
-    else (cd / && sudo -n -u postgres -- "$@"); fi
-}
 # pg_wal is mode 0700 postgres: read it directly as root or postgres, else through sudo
 WAL_READER=()
 case $(id -un) in root | postgres) ;; *) WAL_READER=(sudo -n -u postgres --) ;; esac
 
-stop_cluster() {
-    if [ -f "$DATA/postmaster.pid" ]; then
-        as_pg "$BIN/pg_ctl" -D "$DATA" -m fast -w -t 120 stop >/dev/null 2>&1 || true
-    fi
-}
-finish() {
-    if [ "$KEEP" = 1 ]; then say "cluster left running on port $PORT (data: $DATA)"
-    else stop_cluster; fi
-}
-
-mkdir -p "$W"
-if [ "$(id -u)" = 0 ]; then chown postgres: "$W"; fi
-stop_cluster
-
-# ---- 0. a private copy of the tree -----------------------------------------------------------
-# The benchmark runs from .work/bench/pg, a copy of .pg/MAJOR: a `cargo pgrx install` into
-# .pg/MAJOR rewrites pg_snapbuild.so in place, which kills backends that have it mapped
-# (SIGBUS), and a release build must not replace the tests' build.
-say "copy .pg/$MAJOR to .work/bench/pg"
-rm -rf "$W/pg"
-cp -a "$ROOT/.pg/$MAJOR" "$W/pg"
-BIN=$W/pg/bin
-if [ "$RELEASE" = 1 ]; then
-    say "release build of the work tree into .work/bench/pg (log: $W/build.log)"
-    if [ -d "$HOME/.cargo/bin" ]; then PATH=$HOME/.cargo/bin:$PATH; fi
-    (cd "$ROOT" && CARGO_TARGET_DIR=$W/target cargo pgrx install --release --pg-config "$BIN/pg_config" \
-        --no-default-features --features "pg$MAJOR") >"$W/build.log" 2>&1 ||
-        { tail -n 30 "$W/build.log" >&2; exit 1; }
-fi
-SO=$("$BIN/pg_config" --pkglibdir)/pg_snapbuild.so
-[ -f "$SO" ] || { echo "pg_snapbuild is not installed in $BIN/..: run scripts/setup.sh" >&2; exit 1; }
-# An unoptimized (cargo pgrx install without --release) build keeps core's debug checks.
-if grep -q 'precondition_check' "$SO"; then BUILD=debug; else BUILD=release; fi
-if [ "$RELEASE" = 1 ]; then
-    SOURCE="work tree at $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
-    if [ -n "$(git -C "$ROOT" status --porcelain -- src 2>/dev/null)" ]; then SOURCE="$SOURCE+changes"; fi
-else
-    SOURCE="as installed in .pg/$MAJOR on $(date -u -r "$SO" '+%Y-%m-%d %H:%M UTC')"
-fi
-say "extension $SO: $BUILD build, $SOURCE"
-if [ "$BUILD" = debug ]; then
-    say "note: an unoptimized build; for representative wall times use PGSNAP_BENCH_RELEASE=1"
-fi
-
-export PGHOST=127.0.0.1 PGPORT=$PORT PGUSER=postgres PGDATABASE=postgres
-export PATH=$BIN:$PATH
-q() { psql -X -q -At -v ON_ERROR_STOP=1 -c "$1"; }
+# ---- 0. a private copy of the tree (scripts/bench/common.sh) ---------------------------------
+bench_copy_tree
 lsn_diff() { q "SELECT ('$2'::pg_lsn - '$1'::pg_lsn)::bigint"; }
 
 # ---- 1. a fresh cluster -----------------------------------------------------------------
-say "fresh cluster in $DATA on port $PORT"
-as_pg rm -rf "$DATA" "$SOCK"
-as_pg mkdir -p "$SOCK"
-as_pg "$BIN/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 --no-locale >"$W/initdb.log" 2>&1 ||
-    { cat "$W/initdb.log" >&2; exit 1; }
 # The logical slot keeps every segment of the range; wal_keep_size is a second guard.
-as_pg tee -a "$DATA/postgresql.conf" >/dev/null <<EOF
+bench_fresh_cluster <<EOF
 listen_addresses = '127.0.0.1'
 port = $PORT
 unix_socket_directories = '$SOCK'
@@ -121,9 +59,6 @@ wal_keep_size = $((WAL_MB * 2 + 1024))MB
 fsync = off
 log_line_prefix = '%m [%p] '
 EOF
-trap finish EXIT
-as_pg "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null ||
-    { echo "bench cluster failed to start; tail of $LOG:" >&2; tail -n 30 "$LOG" >&2; exit 1; }
 q "CREATE EXTENSION pg_snapbuild; CREATE EXTENSION pg_walinspect" >/dev/null
 q "SELECT pg_create_logical_replication_slot('bench_slot', 'test_decoding')" >/dev/null
 
@@ -171,12 +106,7 @@ record_run() { # ID TOOL PCT LO HI ROWS SECS PEAK_KIB ANON_KIB KIND
 # sampled every 5 ms during the statement by scripts/bench/sample.py.
 sql_peak() {
     local id=$1 tool=$2 pct=$3 lo=$4 hi=$5 query=$6 out n secs hwm anon
-    rm -rf "$BENCH_SAMPLES"
-    mkdir -p "$BENCH_SAMPLES"
-    out=$(psql -X -q -At -v ON_ERROR_STOP=1 -v "query=$query" <<'SQL'
-SELECT pg_backend_pid() AS pid \gset
-\setenv BENCH_PID :pid
-\! python3 "$BENCH_HELPERS/sample.py" "$BENCH_PID" "$BENCH_SAMPLES" >/dev/null & i=0; while [ ! -e "$BENCH_SAMPLES/ready" ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done
+    out=$(bench_sampled_psql "$query" <<'SQL'
 SELECT clock_timestamp() AS t0 \gset
 SELECT count(*) AS n FROM :query \gset
 SELECT extract(epoch FROM clock_timestamp() - :'t0'::timestamptz) AS secs \gset
@@ -204,14 +134,7 @@ proc_peak() {
     record_run "$id" "$tool" "$pct" "$lo" "$hi" "$rows" "$secs" "$kib" "$anon" process
 }
 
-# A fresh backend that ran nothing: the baseline for the backends' figures.
-read -r IDLE_KIB IDLE_ANON_KIB <<<"$(psql -X -q -At -v ON_ERROR_STOP=1 <<'SQL'
-SELECT pg_backend_pid() AS pid \gset
-\setenv BENCH_PID :pid
-\! awk '$1 == "VmHWM:" { h = $2 } $1 == "RssAnon:" { a = $2 } END { print h, a }' "/proc/$BENCH_PID/status"
-SQL
-)"
-say "idle backend: peak RSS (VmHWM) $((IDLE_KIB / 1024)) MiB, RssAnon $((IDLE_ANON_KIB / 1024)) MiB"
+bench_idle_backend # a fresh backend that ran nothing: the baseline for the backends' figures
 
 for pct in $PCTS; do
     HI=$(q "SELECT '$START'::pg_lsn + round(('$END'::pg_lsn - '$START'::pg_lsn) * $pct / 100)")

@@ -24,24 +24,18 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-MAJOR=${PGSNAP_BENCH_VIS_MAJOR:-18}
-PORT=${PGSNAP_BENCH_VIS_PORT:-55431}
 TABLES=${PGSNAP_BENCH_VIS_TABLES:-680}
 COLUMNS=${PGSNAP_BENCH_VIS_COLUMNS:-1500}
 MIN_ROWS=${PGSNAP_BENCH_VIS_MIN_ROWS:-1000000}
 REPS=${PGSNAP_BENCH_VIS_REPS:-5}
-RELEASE=${PGSNAP_BENCH_RELEASE:-0}
-KEEP=${PGSNAP_BENCH_KEEP:-0}
-
-W=$ROOT/.work/bench-vis
-DATA=$W/data
-SOCK=$W/sock
-LOG=$W/server.log
-RUNS=$W/runs.tsv
-META=$W/meta.tsv
-HELPERS=$ROOT/scripts/bench
-BIN=$ROOT/.pg/$MAJOR/bin
 SLOT=bench_vis
+# What scripts/bench/common.sh takes; it sets RELEASE, KEEP, DATA, SOCK, LOG, RUNS, META,
+# HELPERS and BIN, and defines the helpers.
+MAJOR=${PGSNAP_BENCH_VIS_MAJOR:-18}
+PORT=${PGSNAP_BENCH_VIS_PORT:-55431}
+W_LABEL=.work/bench-vis
+W=$ROOT/$W_LABEL
+. "$ROOT/scripts/bench/common.sh"
 
 case $PORT in 5541[4-8] | 55430) echo "port $PORT belongs to the test clusters or bench.sh; pick another PGSNAP_BENCH_VIS_PORT" >&2; exit 2 ;; esac
 [ "$COLUMNS" -ge 1 ] && [ "$COLUMNS" -le 1600 ] || { echo "PGSNAP_BENCH_VIS_COLUMNS must be 1..1600" >&2; exit 2; }
@@ -49,63 +43,12 @@ case $PORT in 5541[4-8] | 55430) echo "port $PORT belongs to the test clusters o
 [ -x "$BIN/initdb" ] || { echo "no PostgreSQL $MAJOR in $BIN: run scripts/setup.sh" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "python3 is required" >&2; exit 1; }
 
-say() { printf '==> %s\n' "$*"; }
-as_pg() { # run a command as the OS user postgres (servers refuse to run as root)
-    if [ "$(id -un)" = postgres ]; then (cd / && "$@")
-    else (cd / && sudo -n -u postgres -- "$@"); fi
-}
-stop_cluster() {
-    if [ -f "$DATA/postmaster.pid" ]; then
-        as_pg "$BIN/pg_ctl" -D "$DATA" -m fast -w -t 120 stop >/dev/null 2>&1 || true
-    fi
-}
-finish() {
-    if [ "$KEEP" = 1 ]; then say "cluster left running on port $PORT (data: $DATA)"
-    else stop_cluster; fi
-}
-
-mkdir -p "$W"
-if [ "$(id -u)" = 0 ]; then chown postgres: "$W"; fi
-stop_cluster
-
-# ---- 0. a private copy of the tree (see scripts/bench.sh) ------------------------------------
-say "copy .pg/$MAJOR to .work/bench-vis/pg"
-rm -rf "$W/pg"
-cp -a "$ROOT/.pg/$MAJOR" "$W/pg"
-BIN=$W/pg/bin
-if [ "$RELEASE" = 1 ]; then
-    say "release build of the work tree into .work/bench-vis/pg (log: $W/build.log)"
-    if [ -d "$HOME/.cargo/bin" ]; then PATH=$HOME/.cargo/bin:$PATH; fi
-    (cd "$ROOT" && CARGO_TARGET_DIR=$W/target cargo pgrx install --release --pg-config "$BIN/pg_config" \
-        --no-default-features --features "pg$MAJOR") >"$W/build.log" 2>&1 ||
-        { tail -n 30 "$W/build.log" >&2; exit 1; }
-fi
-SO=$("$BIN/pg_config" --pkglibdir)/pg_snapbuild.so
-[ -f "$SO" ] || { echo "pg_snapbuild is not installed in $BIN/..: run scripts/setup.sh" >&2; exit 1; }
-if grep -q 'precondition_check' "$SO"; then BUILD=debug; else BUILD=release; fi
-if [ "$RELEASE" = 1 ]; then
-    SOURCE="work tree at $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
-    if [ -n "$(git -C "$ROOT" status --porcelain -- src 2>/dev/null)" ]; then SOURCE="$SOURCE+changes"; fi
-else
-    SOURCE="as installed in .pg/$MAJOR on $(date -u -r "$SO" '+%Y-%m-%d %H:%M UTC')"
-fi
-say "extension $SO: $BUILD build, $SOURCE"
-if [ "$BUILD" = debug ]; then
-    say "note: an unoptimized build; for representative wall times use PGSNAP_BENCH_RELEASE=1"
-fi
-
-export PGHOST=127.0.0.1 PGPORT=$PORT PGUSER=postgres PGDATABASE=postgres
-export PATH=$BIN:$PATH
-q() { psql -X -q -At -v ON_ERROR_STOP=1 -c "$1"; }
+# ---- 0. a private copy of the tree (scripts/bench/common.sh) ---------------------------------
+bench_copy_tree
 
 # ---- 1. a fresh cluster -----------------------------------------------------------------
-say "fresh cluster in $DATA on port $PORT"
-as_pg rm -rf "$DATA" "$SOCK"
-as_pg mkdir -p "$SOCK"
-as_pg "$BIN/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 --no-locale >"$W/initdb.log" 2>&1 ||
-    { cat "$W/initdb.log" >&2; exit 1; }
 # shared_buffers holds all of pg_attribute (~150 MiB), so no run reads from disk.
-as_pg tee -a "$DATA/postgresql.conf" >/dev/null <<EOF
+bench_fresh_cluster <<EOF
 listen_addresses = '127.0.0.1'
 port = $PORT
 unix_socket_directories = '$SOCK'
@@ -117,9 +60,6 @@ autovacuum = off
 max_locks_per_transaction = 256
 log_line_prefix = '%m [%p] '
 EOF
-trap finish EXIT
-as_pg "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null ||
-    { echo "bench cluster failed to start; tail of $LOG:" >&2; tail -n 30 "$LOG" >&2; exit 1; }
 q "CREATE EXTENSION pg_snapbuild" >/dev/null
 q "SELECT pg_create_logical_replication_slot('$SLOT', 'test_decoding')" >/dev/null
 
@@ -176,12 +116,7 @@ export BENCH_HELPERS=$HELPERS BENCH_SAMPLES=$W/samples
 # every 5 ms (scripts/bench/sample.py).
 run_one() {
     local id=$1 mode=$2 rep=$3 query=$4 out n agree vis secs ticks0 ticks1 cpu hwm anon
-    rm -rf "$BENCH_SAMPLES"
-    mkdir -p "$BENCH_SAMPLES"
-    out=$(psql -X -q -At -v ON_ERROR_STOP=1 -v "query=$query" <<'SQL'
-SELECT pg_backend_pid() AS pid \gset
-\setenv BENCH_PID :pid
-\! python3 "$BENCH_HELPERS/sample.py" "$BENCH_PID" "$BENCH_SAMPLES" >/dev/null & i=0; while [ ! -e "$BENCH_SAMPLES/ready" ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done
+    out=$(bench_sampled_psql "$query" <<'SQL'
 \! cut -d')' -f2- "/proc/$BENCH_PID/stat" | awk '{ print $12 + $13 }'
 SELECT clock_timestamp() AS t0 \gset
 :query \gset
@@ -209,13 +144,7 @@ scan_query() { # MODE: the same statement text for both modes
     echo "SELECT count(*) AS n, count(*) FILTER (WHERE agrees) AS agree, count(*) FILTER (WHERE server_visible) AS vis FROM snapbuild_visibility('pg_attribute', '$SLOT', verdicts => '$1')"
 }
 
-read -r IDLE_KIB IDLE_ANON_KIB <<<"$(psql -X -q -At -v ON_ERROR_STOP=1 <<'SQL'
-SELECT pg_backend_pid() AS pid \gset
-\setenv BENCH_PID :pid
-\! awk '$1 == "VmHWM:" { h = $2 } $1 == "RssAnon:" { a = $2 } END { print h, a }' "/proc/$BENCH_PID/status"
-SQL
-)"
-say "idle backend: peak RSS (VmHWM) $((IDLE_KIB / 1024)) MiB, RssAnon $((IDLE_ANON_KIB / 1024)) MiB"
+bench_idle_backend
 say "$REPS runs of each mode, alternating (server first in odd rounds, both first in even ones)"
 for ((rep = 1; rep <= REPS; rep++)); do
     if ((rep % 2)); then order=(server both); else order=(both server); fi
