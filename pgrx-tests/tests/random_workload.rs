@@ -380,6 +380,14 @@ impl<'e> Exec<'e> {
                 self.out.consumed[*i] = true;
                 // The slot after this get_changes, as the replay predicts it (logical.c's
                 // candidate handling and the final confirm), against what the server left.
+                // A committed transaction with an xid flushes the WAL to its commit's end, so
+                // the flush position is a record boundary: otherwise it can sit in the middle
+                // of a record that crosses a page (the WAL writer flushes full pages only),
+                // which get_changes waits for however long it takes and the prediction only
+                // briefly.
+                self.admin
+                    .batch_execute("BEGIN; SELECT pg_current_xact_id(); COMMIT")
+                    .map_err(e)?;
                 let upto = fmt_lsn(flush_lsn(&mut self.admin));
                 let pred_cols = PRED_FIELDS
                     .iter()
@@ -1514,6 +1522,7 @@ fn render_steps(env: &Env, rec: &Recording, idx: &[usize], out: &Outcome) -> Str
             Action::Get(i) => writeln!(
                 s,
                 "-- admin: get, after the replay's prediction\n\
+                 BEGIN; SELECT pg_current_xact_id(); COMMIT;\n\
                  SELECT pg_current_wal_flush_lsn() AS upto \\gset\n\
                  SELECT * FROM snapbuild_slot_prediction('{0}', :'upto');\n\
                  SELECT count(*) FROM pg_logical_slot_get_changes('{0}', :'upto', NULL);\n\
