@@ -942,8 +942,13 @@ impl TraceRow {
 
 pub fn trace(c: &mut Client, slot: &str) -> Result<Vec<TraceRow>, postgres::Error> {
     let rows = json_rows(c, "SELECT * FROM snapbuild_trace($1::name)", &[&slot])?;
-    Ok(rows
-        .into_iter()
+    Ok(trace_rows(rows))
+}
+
+/// Rows of `snapbuild_trace` / `snapbuild_trace_range` (as [`json_rows`] returns them) as
+/// [`TraceRow`]s.
+pub fn trace_rows(rows: Vec<Row>) -> Vec<TraceRow> {
+    rows.into_iter()
         .map(|r| TraceRow {
             lsn: jlsn(&r, "lsn"),
             end_lsn: jlsn(&r, "end_lsn"),
@@ -969,7 +974,30 @@ pub fn trace(c: &mut Client, slot: &str) -> Result<Vec<TraceRow>, postgres::Erro
             serialized_xmax: jxid(&r, "serialized_xmax"),
             raw: r,
         })
-        .collect())
+        .collect()
+}
+
+/// The snapshot builder branch a server LOG line of slot creation or restart names: `c-1`,
+/// `c-2`, `a`, `b`, `c-3` (the DETAIL tells a, b and c-3 apart), `xmin horizon too low`
+/// (the "skipping snapshot" line), `?` for anything else.
+pub fn log_branch(e: &LogEntry) -> &'static str {
+    let m = &e.message;
+    if m.starts_with("logical decoding found initial starting point") {
+        "c-1"
+    } else if m.starts_with("logical decoding found initial consistent point") {
+        "c-2"
+    } else if m.starts_with("logical decoding found consistent point") {
+        match e.detail.as_deref() {
+            Some("There are no running transactions.") => "a",
+            Some("There are no old transactions anymore.") => "c-3",
+            Some("Logical decoding will begin using saved snapshot.") => "b",
+            _ => "?",
+        }
+    } else if m.starts_with("skipping snapshot") {
+        "xmin horizon too low"
+    } else {
+        "?"
+    }
 }
 
 pub fn dump(rows: &[TraceRow]) -> String {

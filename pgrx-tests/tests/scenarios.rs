@@ -144,36 +144,6 @@ struct Step {
     lines: Vec<String>,
 }
 
-fn to_trace_rows(rows: Vec<Row>) -> Vec<TraceRow> {
-    rows.into_iter()
-        .map(|r| TraceRow {
-            lsn: jlsn(&r, "lsn"),
-            end_lsn: jlsn(&r, "end_lsn"),
-            record: js(&r, "record").unwrap_or_default(),
-            xid: jxid(&r, "xid"),
-            branch: js(&r, "branch"),
-            state_before: js(&r, "state_before"),
-            state: js(&r, "state"),
-            xmin: jxid(&r, "xmin"),
-            xmax: jxid(&r, "xmax"),
-            next_phase_at: jxid(&r, "next_phase_at"),
-            start_decoding_at: jlsn(&r, "start_decoding_at"),
-            running_xids: jxids(&r, "running_xids"),
-            wait_xids: jxids(&r, "wait_xids"),
-            level: js(&r, "level"),
-            message: js(&r, "message"),
-            detail: js(&r, "detail"),
-            initial_xmin_horizon: jxid(&r, "initial_xmin_horizon"),
-            in_slot_creation: jb(&r, "in_slot_creation"),
-            agrees: jb(&r, "agrees"),
-            disagreement: js(&r, "disagreement"),
-            serialized_xmin: jxid(&r, "serialized_xmin"),
-            serialized_xmax: jxid(&r, "serialized_xmax"),
-            raw: r,
-        })
-        .collect()
-}
-
 fn verdict(r: &TraceRow) -> Option<String> {
     r.raw
         .get("verdict")
@@ -202,24 +172,6 @@ fn dump_verdicts(rows: &[TraceRow]) -> String {
             )
         })
         .collect()
-}
-
-fn msg_kind(e: &LogEntry) -> &'static str {
-    let m = &e.message;
-    if m.starts_with("logical decoding found initial starting point") {
-        "c-1"
-    } else if m.starts_with("logical decoding found initial consistent point") {
-        "c-2"
-    } else if m.starts_with("logical decoding found consistent point") {
-        match e.detail.as_deref() {
-            Some("There are no running transactions.") => "a",
-            Some("There are no old transactions anymore.") => "c-3",
-            Some("Logical decoding will begin using saved snapshot.") => "b",
-            _ => "?",
-        }
-    } else {
-        "?"
-    }
 }
 
 impl Scenario {
@@ -513,7 +465,7 @@ impl Scenario {
             ],
         );
         let rows = match rows {
-            Ok(r) => to_trace_rows(r),
+            Ok(r) => trace_rows(r),
             Err(e) => {
                 self.check(false, || {
                     format!("{slot}: snapbuild_trace_range failed: {}", err_text(&e))
@@ -547,7 +499,7 @@ impl Scenario {
                 dump(&rows)
             )
         });
-        let server_kind = msgs.last().map(|(_, e)| msg_kind(e));
+        let server_kind = msgs.last().map(|(_, e)| log_branch(e));
         self.check(server_kind == crow.branch.as_deref(), || {
             format!(
                 "{slot}: the server became consistent by {server_kind:?}, the replay by {:?}:\n{}{}",
@@ -869,7 +821,7 @@ fn across_serialization(tag: &'static str, in_subxact: bool) {
             )
         },
     );
-    let kinds: Vec<&str> = st.msgs.iter().map(|(_, e)| msg_kind(e)).collect();
+    let kinds: Vec<&str> = st.msgs.iter().map(|(_, e)| log_branch(e)).collect();
     s.check(kinds.first() == Some(&"b"), || {
         format!(
             "the server's restart did not use the saved snapshot at {}:\n{}",

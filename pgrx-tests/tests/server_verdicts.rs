@@ -107,28 +107,8 @@ fn check_slots_view(
     cols.len() - diffs.len()
 }
 
-fn msg_kind(e: &LogEntry) -> &'static str {
-    let m = &e.message;
-    if m.starts_with("logical decoding found initial starting point") {
-        "c-1"
-    } else if m.starts_with("logical decoding found initial consistent point") {
-        "c-2"
-    } else if m.starts_with("logical decoding found consistent point") {
-        match e.detail.as_deref() {
-            Some("There are no running transactions.") => "a",
-            Some("There are no old transactions anymore.") => "c-3",
-            Some("Logical decoding will begin using saved snapshot.") => "b",
-            _ => "?",
-        }
-    } else if m.starts_with("skipping snapshot") {
-        "xmin horizon too low"
-    } else {
-        "?"
-    }
-}
-
 fn kinds(msgs: &[(u64, LogEntry)]) -> Vec<&'static str> {
-    msgs.iter().map(|(_, e)| msg_kind(e)).collect()
+    msgs.iter().map(|(_, e)| log_branch(e)).collect()
 }
 
 // ---------------------------------------------------------------------------------------
