@@ -464,6 +464,17 @@ impl Creation {
         }
     }
 
+    /// What the function returned, or its error text (also when the connection was lost),
+    /// within `timeout`.
+    pub fn result(mut self, timeout: Duration) -> Result<u64, String> {
+        if let Some(r) = self.done.take() {
+            return r;
+        }
+        self.rx
+            .recv_timeout(timeout)
+            .unwrap_or_else(|_| Err(format!("did not return within {timeout:?}")))
+    }
+
     /// The LSN the function returned (the slot's confirmed_flush).
     pub fn wait(mut self, timeout: Duration) -> u64 {
         if let Some(r) = self.done.take() {

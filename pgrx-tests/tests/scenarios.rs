@@ -1362,3 +1362,153 @@ fn f2_prepared_after_creation() {
         summary.join("; ")
     ));
 }
+
+/// g. A PostgreSQL crash: a ROLLBACK PREPARED decoded while a two-phase slot is being
+/// created. The builder is in FULL_SNAPSHOT (waiting for b), p began after FULL, changed a
+/// row, prepared and is rolled back: DecodeAbort does not skip it (aborts do not move
+/// start_decoding_at, commits in FULL_SNAPSHOT do), ReorderBufferFinishPrepared calls the
+/// plugin's rollback_prepared callback, and pg_create_logical_replication_slot has given the
+/// context no writer: the creating backend dies of SIGSEGV and the postmaster restarts every
+/// session. The replay (`snapbuild_trace_range(…, in_slot_creation => true, two_phase =>
+/// true)` from the creation's starting point) must flag exactly that record.
+///
+/// Opt-in (`PGSNAP_CRASH_TESTS=1`): it crashes the cluster it runs on.
+#[test]
+fn g_rollback_prepared_during_two_phase_creation() {
+    if std::env::var("PGSNAP_CRASH_TESTS").as_deref() != Ok("1") {
+        println!("SKIPPED: g crashes the server; run with PGSNAP_CRASH_TESTS=1");
+        return;
+    }
+    let _g = serial();
+    let Some(env) = env() else { return };
+    let mut c = env.setup();
+    let t = "pgsnap_sc_g";
+    let (slot, gid) = ("pgsnap_sc_g_slot", "pgsnap_sc_g_p");
+    let _guard = SlotGuard::new(&env, slot);
+    let _ = c.batch_execute(&format!("ROLLBACK PREPARED '{gid}'"));
+    c.batch_execute(&format!(
+        "DROP TABLE IF EXISTS {t}; CREATE TABLE {t}(a int)"
+    ))
+    .unwrap();
+    let mut fails = Failures::default();
+    // a: running before the creation, so the builder goes BUILDING first.
+    let a = OpenXact::begin(&env, "pgsnap-sc-ga");
+    let off = log_offset(&env);
+    let cr = Creation::start_with(&env, slot, "test_decoding", true);
+    let pid = cr.pid;
+    wait_for(
+        "the creation to wait for a",
+        Duration::from_secs(30),
+        || waits_for_xid(&mut c, pid, a.xid),
+    );
+    let catalog_xmin: String = c
+        .query_one(
+            "SELECT catalog_xmin::text FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .unwrap()
+        .get(0);
+    // b begins after the creation's first RUNNING_XACTS; a ends: FULL at the next record.
+    let b = OpenXact::begin(&env, "pgsnap-sc-gb");
+    a.commit();
+    env.log_standby_snapshot(&mut c);
+    wait_for(
+        "the creation to wait for b",
+        Duration::from_secs(30),
+        || waits_for_xid(&mut c, pid, b.xid),
+    );
+    let mut p = OpenXact::begin(&env, "pgsnap-sc-gp");
+    let px = p.xid;
+    p.exec(&format!("INSERT INTO {t} VALUES (1)"));
+    p.prepare(gid);
+    c.batch_execute(&format!("ROLLBACK PREPARED '{gid}'"))
+        .unwrap();
+    // The creation is still waiting for b; once b ends it reads on and decodes p's
+    // ROLLBACK PREPARED before the record that would make it consistent.
+    drop(b);
+    let created = cr.result(Duration::from_secs(60));
+    fails.check(created.is_err(), || {
+        format!("the creation returned {created:?}: the server did not crash")
+    });
+    // The postmaster restarts every session; wait for it to accept connections again.
+    wait_for("the server to come back", Duration::from_secs(60), || {
+        std::panic::catch_unwind(|| env.connect("pgsnap-sc-g-back")).is_ok()
+    });
+    let entries = log_entries_since(&env, off);
+    let crashed = entries.iter().any(|e| {
+        e.message.contains(&format!(
+            "server process (PID {pid}) was terminated by signal 11"
+        ))
+    });
+    fails.check(crashed, || {
+        format!("no 'server process (PID {pid}) was terminated by signal 11' in the log")
+    });
+    let start = entries
+        .iter()
+        .find(|e| {
+            e.pid == pid
+                && e.message
+                    .starts_with("logical decoding found initial starting point at ")
+        })
+        .and_then(|e| e.message.rsplit(' ').next().map(parse_lsn));
+    let mut c = env.connect("pgsnap-sc-g");
+    let Some(start) = start else {
+        fails
+            .0
+            .push("the creation logged no initial starting point".into());
+        fails.finish("g_rollback_prepared_during_two_phase_creation");
+        return;
+    };
+    let rows = trace_rows(
+        json_rows(
+            &mut c,
+            "SELECT * FROM snapbuild_trace_range($1::text::pg_lsn, NULL, $2::text::xid, \
+             in_slot_creation => true, two_phase => true, all_records => true)",
+            &[&fmt_lsn(start), &catalog_xmin],
+        )
+        .unwrap(),
+    );
+    let flagged: Vec<&TraceRow> = rows
+        .iter()
+        .filter(|r| {
+            r.disagreement.as_deref().is_some_and(|d| {
+                d.starts_with("postgres-behaviour: output plugin called during slot creation")
+            })
+        })
+        .collect();
+    fails.check(
+        flagged.len() == 1
+            && flagged[0].record.ends_with("ABORT_PREPARED")
+            && flagged[0].xid == Some(px)
+            && js(&flagged[0].raw, "verdict").as_deref() == Some("rollback prepared"),
+        || {
+            format!(
+                "the replay must flag exactly p={px}'s ROLLBACK PREPARED; flagged: {:?}\n{}",
+                flagged.iter().map(|r| r.show()).collect::<Vec<_>>(),
+                dump(&rows)
+            )
+        },
+    );
+    // The same WAL decoded as a slot without two_phase calls no callback there.
+    let plain = trace_rows(
+        json_rows(
+            &mut c,
+            "SELECT * FROM snapbuild_trace_range($1::text::pg_lsn, NULL, $2::text::xid, in_slot_creation => true)",
+            &[&fmt_lsn(start), &catalog_xmin],
+        )
+        .unwrap(),
+    );
+    fails.check(plain.iter().all(|r| r.disagreement.is_none()), || {
+        format!(
+            "without two_phase nothing may be flagged:\n{}",
+            dump(&plain)
+        )
+    });
+    println!(
+        "pgsnap-counts: g PG{} crashed {crashed} (pid {pid}) flagged rows {} replayed rows {}",
+        env.major,
+        flagged.len(),
+        rows.len()
+    );
+    fails.finish("g_rollback_prepared_during_two_phase_creation");
+}

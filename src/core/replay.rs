@@ -109,6 +109,16 @@ pub struct TraceRow {
     pub note: Option<String>,
 }
 
+/// The note on a row where the output plugin would be called while the slot is being
+/// created: only a ROLLBACK PREPARED can get there (two-phase slot, builder in
+/// FULL_SNAPSHOT; commits in FULL_SNAPSHOT move start_decoding_at past themselves, aborts do
+/// not). pg_create_logical_replication_slot gives the plugin no writer, and its
+/// rollback_prepared callback crashes the backend (SIGSEGV, the postmaster restarts every
+/// session). Observed on 14.22, 15.19, 16.15, 17.11 and 18.6 with test_decoding (pgrx-tests
+/// `scenarios`, `g_rollback_prepared_during_two_phase_creation`, opt-in).
+pub const NOTE_CALLBACK_DURING_CREATION: &str = "postgres-behaviour: output plugin called during slot creation; \
+     pg_create_logical_replication_slot has no writer for it and the server process crashes (SIGSEGV)";
+
 /// The note on a commit, seen in FULL_SNAPSHOT, of a transaction whose catalog changes
 /// were written before the builder reached FULL_SNAPSHOT (its commit record carries
 /// invalidations, yet nothing marked it catalog-changing: decode.c hands those records to
@@ -440,6 +450,9 @@ impl Replay {
         };
         if fingerprint(&self.builder) != fp {
             row.interesting = true;
+        }
+        if self.builder.in_slot_creation && row.decode.is_some_and(|d| d.decoded()) {
+            row.note = Some(NOTE_CALLBACK_DURING_CREATION.to_owned());
         }
         Ok(row)
     }

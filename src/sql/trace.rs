@@ -607,7 +607,9 @@ fn snapbuild_trace_json(slot_name: PgName, all_records: default!(bool, false)) -
 /// "What if a slot were created here?": the replay of `snapbuild_trace` without a slot,
 /// from the first record at or after `start_lsn` to `end_lsn` (default: end of flushed
 /// WAL), with AllocateSnapshotBuilder's parameters given explicitly. Decoding is for the
-/// current database. Verdicts come from `.snap` files only.
+/// current database. Verdicts come from `.snap` files only. `two_phase` decodes as a slot
+/// created with `twophase` (its `two_phase_at` = `start_decoding_at`; none while
+/// `in_slot_creation`), with no filter_prepare.
 ///
 /// Errors: `undefined_file` (WAL at `start_lsn` already removed),
 /// `invalid_parameter_value` (start_lsn below the first WAL page or past the end).
@@ -621,6 +623,7 @@ fn snapbuild_trace_range(
     building_full_snapshot: default!(bool, false),
     start_decoding_at: default!(Option<PgLsn>, "NULL"),
     all_records: default!(bool, false),
+    two_phase: default!(bool, false),
 ) -> TableIterator<
     'static,
     (
@@ -664,7 +667,12 @@ fn snapbuild_trace_range(
         start_decoding_at: Lsn(start_decoding_at.map(|l| l.0).unwrap_or(0)),
         building_full_snapshot,
         in_slot_creation,
-        two_phase_at: Lsn(0),
+        // A two-phase slot's two_phase_at is its consistent point (confirmed_flush); while
+        // it is being created the builder has none yet.
+        two_phase_at: Lsn(match (two_phase, in_slot_creation) {
+            (true, false) => start_decoding_at.map(|l| l.0).unwrap_or(0),
+            _ => 0,
+        }),
     };
     let input = TraceInput {
         slot_db: unsafe { pg_sys::MyDatabaseId.to_u32() },
@@ -677,7 +685,11 @@ fn snapbuild_trace_range(
         ),
         params,
         slot: None,
-        two_phase: TwoPhaseDecoding::default(),
+        // The plugin is unknown: no filter_prepare.
+        two_phase: TwoPhaseDecoding {
+            enabled: two_phase,
+            filter_gid_containing: None,
+        },
         all_records,
     };
     to_table(run_trace(input))
