@@ -346,10 +346,7 @@ fn check_wal_available(start: Lsn) {
         if start.0 / seg_size <= last_removed {
             raise(
                 PgSqlErrorCode::ERRCODE_UNDEFINED_FILE,
-                format!(
-                    "WAL at {start} has already been removed (oldest segment kept: {})",
-                    last_removed + 1
-                ),
+                format!("WAL at {start} has already been removed"),
             );
         }
     }
@@ -612,11 +609,12 @@ fn snapbuild_trace_json(slot_name: PgName, all_records: default!(bool, false)) -
 /// `in_slot_creation`), with no filter_prepare.
 ///
 /// Errors: `undefined_file` (WAL at `start_lsn` already removed),
-/// `invalid_parameter_value` (start_lsn below the first WAL page or past the end).
+/// `invalid_parameter_value` (start_lsn 0/0 or past the end of flushed WAL, end_lsn before
+/// start_lsn), `null_value_not_allowed` (start_lsn NULL).
 #[pg_extern]
 #[allow(clippy::too_many_arguments)]
 fn snapbuild_trace_range(
-    start_lsn: PgLsn,
+    start_lsn: Option<PgLsn>,
     end_lsn: default!(Option<PgLsn>, "NULL"),
     initial_xmin_horizon: default!(Option<Xid>, "NULL"),
     in_slot_creation: default!(bool, true),
@@ -661,6 +659,28 @@ fn snapbuild_trace_range(
         name!(serialized_catchange_xip, Option<Vec<Xid>>),
     ),
 > {
+    let Some(start_lsn) = start_lsn else {
+        raise(
+            PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+            "start_lsn must not be NULL",
+        )
+    };
+    if start_lsn.0 == 0 {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "start_lsn 0/0 is not a WAL position",
+        );
+    }
+    if let Some(end) = end_lsn.filter(|e| e.0 < start_lsn.0) {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!(
+                "end_lsn {} is before start_lsn {}",
+                Lsn(end.0),
+                Lsn(start_lsn.0)
+            ),
+        );
+    }
     let params = BuilderParams {
         major: server_major(),
         initial_xmin_horizon: initial_xmin_horizon.map(|x| x.0).unwrap_or(0),

@@ -20,3 +20,8 @@ SELECT count(*) FROM snapbuild_trace(NULL);
 -- a listing never errors, a row per file
 SELECT count(*) = (SELECT count(*) FROM pg_ls_dir('pg_logical/snapshots') AS name WHERE name LIKE '%.snap') AS one_row_per_file
 FROM snapbuild_snapshot_files();
+-- snapbuild_trace_range: argument errors
+SELECT pg_temp.err($$SELECT * FROM snapbuild_trace_range(NULL)$$);
+SELECT pg_temp.err($$SELECT * FROM snapbuild_trace_range('0/0')$$);
+SELECT pg_temp.err($$SELECT * FROM snapbuild_trace_range('0/2000000', '0/1000000')$$);
+SELECT pg_temp.err($$SELECT * FROM snapbuild_trace_range('FFFFFFFF/0')$$) LIKE '22023: %' AS future_start_is_22023;
