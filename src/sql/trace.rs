@@ -609,7 +609,7 @@ fn snapbuild_trace_json(slot_name: PgName, all_records: default!(bool, false)) -
 /// `in_slot_creation`), with no filter_prepare.
 ///
 /// Errors: `undefined_file` (WAL at `start_lsn` already removed),
-/// `invalid_parameter_value` (start_lsn 0/0 or past the end of flushed WAL, end_lsn before
+/// `invalid_parameter_value` (start_lsn 0/0 or past the end of flushed WAL, on every major; end_lsn before
 /// start_lsn), `null_value_not_allowed` (start_lsn NULL).
 #[pg_extern]
 #[allow(clippy::too_many_arguments)]
@@ -669,6 +669,16 @@ fn snapbuild_trace_range(
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             "start_lsn 0/0 is not a WAL position",
+        );
+    }
+    let flushed = crate::adapter::wal::flush_lsn();
+    if start_lsn.0 > flushed.0 {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!(
+                "start_lsn {} is past the end of flushed WAL ({flushed})",
+                Lsn(start_lsn.0)
+            ),
         );
     }
     if let Some(end) = end_lsn.filter(|e| e.0 < start_lsn.0) {
