@@ -23,5 +23,7 @@ FROM snapbuild_snapshot_files();
 -- snapbuild_trace_range: argument errors
 SELECT pg_temp.err($$SELECT * FROM snapbuild_trace_range(NULL)$$);
 SELECT pg_temp.err($$SELECT * FROM snapbuild_trace_range('0/0')$$);
-SELECT pg_temp.err($$SELECT * FROM snapbuild_trace_range('0/2000000', '0/1000000')$$);
+SELECT regexp_replace(pg_temp.err(format('SELECT * FROM snapbuild_trace_range(%L, %L)',
+                                          pg_current_wal_flush_lsn(), '0/1')),
+                      '[0-9A-F]+/[0-9A-F]+', 'X/X', 'g') AS end_before_start;
 SELECT pg_temp.err($$SELECT * FROM snapbuild_trace_range('FFFFFFFF/0')$$) LIKE '22023: %' AS future_start_is_22023;
