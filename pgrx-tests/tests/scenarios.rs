@@ -120,7 +120,6 @@ struct Counts {
     log_lines: usize,
     timetravel: usize,
     restarts_b: usize,
-    subxids_unlisted: usize,
 }
 
 struct Scenario {
@@ -313,56 +312,6 @@ impl Scenario {
         }
     }
 
-    /// The WAL descriptions of RUNNING_XACTS list subtransactions only from 16 on, while a
-    /// trace row's running_xids holds the record's xids and subxids. Before 16 the rows
-    /// handed to `check_trace_against_wal` keep only the xids the description lists, once
-    /// they are checked to be among the row's (the rest are counted as subxids).
-    fn subxacts_hidden_by_14_15(
-        &mut self,
-        slot: &str,
-        step: &str,
-        restart: u64,
-        rows: &[TraceRow],
-    ) -> Vec<TraceRow> {
-        if self.env.major >= 16 {
-            return rows.to_vec();
-        }
-        let end = rows
-            .iter()
-            .filter_map(|r| r.end_lsn)
-            .max()
-            .unwrap_or(restart);
-        let wal: std::collections::BTreeMap<u64, WalRunningXacts> =
-            wal_running_xacts(&mut self.c, restart, end)
-                .into_iter()
-                .map(|w| (w.start, w))
-                .collect();
-        let tag = self.tag;
-        rows.iter()
-            .map(|r| {
-                let mut r = r.clone();
-                if let (true, Some(w), Some(run)) = (
-                    r.is("RUNNING_XACTS"),
-                    r.lsn.and_then(|l| wal.get(&l)),
-                    r.running_xids.clone(),
-                ) {
-                    let missing: Vec<u64> =
-                        w.xacts.iter().filter(|x| !run.contains(x)).copied().collect();
-                    self.fails.check(missing.is_empty(), || {
-                        format!(
-                            "{tag} {step}: {slot}: RUNNING_XACTS at {} runs {missing:?} (WAL: {}) but the trace row has {run:?}",
-                            fmt_lsn(w.start),
-                            w.description
-                        )
-                    });
-                    self.n.subxids_unlisted += run.len() - (w.xacts.len() - missing.len());
-                    r.running_xids = Some(run.into_iter().filter(|x| w.xacts.contains(x)).collect());
-                }
-                r
-            })
-            .collect()
-    }
-
     /// Check 1 (and 3) at one point: test_decoding's emitted set up to the flush position
     /// (a peek, which also writes the .snap files of the serialization points it passes)
     /// against the replay's.
@@ -412,12 +361,11 @@ impl Scenario {
         });
         if !rows.is_empty() {
             self.check_rows(slot, step, &rows);
-            let for_wal = self.subxacts_hidden_by_14_15(slot, step, ss.restart_lsn, &rows);
             let c = &mut self.c;
             if let Some(st) = soft(
                 &mut self.fails,
                 &format!("{tag} {step}: {slot}: trace against the WAL"),
-                || check_trace_against_wal(c, ss.restart_lsn, flush, &for_wal),
+                || check_trace_against_wal(c, ss.restart_lsn, flush, &rows),
             ) {
                 self.n.wal_rx_matched += st.wal_records_matched;
             }
@@ -581,7 +529,7 @@ impl Scenario {
         let n = &self.n;
         println!(
             "pgsnap-counts: {} PG{} compares {} emitted {} trace rows {} (verdict rows {}, agreeing {}) serialize rows with a server file {} byte-equal {} \
-             RUNNING_XACTS matched to WAL {} creations checked {} creation LOG lines {} timetravel checks {} restarts from a .snap {} subxids not in 14/15 WAL descriptions {} {extra} failures {} ({:.1}s)",
+             RUNNING_XACTS matched to WAL {} creations checked {} creation LOG lines {} timetravel checks {} restarts from a .snap {} {extra} failures {} ({:.1}s)",
             self.tag,
             self.env.major,
             n.compares,
@@ -596,7 +544,6 @@ impl Scenario {
             n.log_lines,
             n.timetravel,
             n.restarts_b,
-            n.subxids_unlisted,
             self.fails.0.len(),
             self.t0.elapsed().as_secs_f64()
         );
