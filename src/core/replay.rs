@@ -376,7 +376,7 @@ impl Replay {
                     head.kind == RecordKind::AbortPrepared && !self.two_phase.filter_prepare(gid);
                 let d = if two_phase {
                     self.builder
-                        .rollback_prepared(head.lsn, *x, subxacts, *db_id, self.slot_db)
+                        .decode_abort_prepared(head.lsn, *x, subxacts, *db_id, self.slot_db)
                 } else {
                     self.builder.abort_at(*x, subxacts, head.lsn);
                     None
@@ -409,7 +409,7 @@ impl Replay {
                         .then_some(DecodeVerdict::PrepareFiltered)
                 } else {
                     self.builder
-                        .prepare(head.lsn, *x, subxacts, *db_id, self.slot_db)
+                        .decode_prepare(head.lsn, *x, subxacts, *db_id, self.slot_db)
                 };
                 let mut row = self.row(head, before, None);
                 if let Some(d) = d {
@@ -659,44 +659,65 @@ mod tests {
     use super::*;
     use crate::version::PgMajor;
 
+    fn params(major: u32, in_slot_creation: bool, two_phase_at: u64) -> BuilderParams {
+        BuilderParams {
+            major: PgMajor(major),
+            initial_xmin_horizon: 0,
+            start_decoding_at: Lsn(0),
+            building_full_snapshot: false,
+            in_slot_creation,
+            two_phase_at: Lsn(two_phase_at),
+        }
+    }
+
+    /// A record 8 bytes long of `kind` with the rmgr decode.c dispatches it by.
+    fn record(
+        lsn: u64,
+        kind: RecordKind,
+        xid: TransactionId,
+        top_xid: TransactionId,
+    ) -> RecordHead {
+        RecordHead {
+            lsn: Lsn(lsn),
+            end_lsn: Lsn(lsn + 8),
+            xid,
+            top_xid,
+            rmid: match kind {
+                RecordKind::RunningXacts => crate::records::RM_STANDBY_ID,
+                RecordKind::NewCid => crate::records::RM_HEAP2_ID,
+                RecordKind::Change | RecordKind::Other => crate::records::RM_HEAP_ID,
+                RecordKind::CheckpointShutdown => crate::records::RM_XLOG_ID,
+                _ => RM_XACT_ID,
+            },
+            kind,
+            name: None,
+        }
+    }
+
+    fn head(lsn: u64, kind: RecordKind, xid: TransactionId) -> RecordHead {
+        record(lsn, kind, xid, 0)
+    }
+
+    fn commit_payload(x: TransactionId, db_id: u32, has_invals: bool, gid: &str) -> Payload {
+        Payload::Commit {
+            xid: x,
+            subxacts: vec![],
+            has_invals,
+            db_id,
+            gid: gid.into(),
+        }
+    }
+
     /// decode.c's two-phase paths (DecodePrepare, FilterPrepare, ReorderBufferFinishPrepared)
     /// on a consistent builder whose slot has two_phase, `two_phase_at` = 150.
     #[test]
     fn two_phase_decoding() {
         for major in [14, 18] {
-            let p = BuilderParams {
-                major: PgMajor(major),
-                initial_xmin_horizon: 0,
-                start_decoding_at: Lsn(0),
-                building_full_snapshot: false,
-                in_slot_creation: false,
-                two_phase_at: Lsn(150),
-            };
+            let p = params(major, false, 150);
             let mut r = Replay::new(&p, 5);
             r.two_phase = TwoPhaseDecoding::for_slot(true, "test_decoding");
             let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
-            let head = |lsn: u64, kind: RecordKind, xid| RecordHead {
-                lsn: Lsn(lsn),
-                end_lsn: Lsn(lsn + 8),
-                xid,
-                top_xid: 0,
-                rmid: match kind {
-                    RecordKind::RunningXacts => crate::records::RM_STANDBY_ID,
-                    RecordKind::Change | RecordKind::Other => crate::records::RM_HEAP_ID,
-                    _ => RM_XACT_ID,
-                },
-                kind,
-                name: None,
-            };
-            let rx = RunningXacts {
-                xcnt: 0,
-                subxcnt: 0,
-                subxid_overflow: false,
-                next_xid: 600,
-                oldest_running_xid: 600,
-                latest_completed_xid: 599,
-                xids: vec![],
-            };
+            let rx = RunningXacts::new(600, 600, &[]);
             r.feed(
                 &head(100, RecordKind::RunningXacts, 0),
                 &Payload::RunningXacts(rx),
@@ -710,13 +731,7 @@ mod tests {
                 db_id: 5,
                 gid: gid.into(),
             };
-            let commit = |x, gid: &str| Payload::Commit {
-                xid: x,
-                subxacts: vec![],
-                has_invals: false,
-                db_id: 5,
-                gid: gid.into(),
-            };
+            let commit = |x, gid: &str| commit_payload(x, 5, false, gid);
             let abort = |x, gid: &str| Payload::Abort {
                 xid: x,
                 subxacts: vec![],
@@ -811,50 +826,11 @@ mod tests {
 
     #[test]
     fn feed_runs_the_dispatch() {
-        let p = BuilderParams {
-            major: PgMajor(18),
-            initial_xmin_horizon: 0,
-            start_decoding_at: Lsn(0),
-            building_full_snapshot: false,
-            in_slot_creation: true,
-            two_phase_at: Lsn(0),
-        };
+        let p = params(18, true, 0);
         let mut r = Replay::new(&p, 5);
         let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
-        let head = |lsn: u64, kind: RecordKind, xid| {
-            let rmid = match kind {
-                RecordKind::RunningXacts => crate::records::RM_STANDBY_ID,
-                RecordKind::NewCid => crate::records::RM_HEAP2_ID,
-                RecordKind::Change => crate::records::RM_HEAP_ID,
-                RecordKind::CheckpointShutdown => crate::records::RM_XLOG_ID,
-                _ => RM_XACT_ID,
-            };
-            RecordHead {
-                lsn: Lsn(lsn),
-                end_lsn: Lsn(lsn + 8),
-                xid,
-                top_xid: 0,
-                rmid,
-                kind,
-                name: None,
-            }
-        };
-        let commit = |x, db| Payload::Commit {
-            xid: x,
-            subxacts: vec![],
-            has_invals: true,
-            db_id: db,
-            gid: String::new(),
-        };
-        let rx = RunningXacts {
-            xcnt: 0,
-            subxcnt: 0,
-            subxid_overflow: false,
-            next_xid: 600,
-            oldest_running_xid: 600,
-            latest_completed_xid: 599,
-            xids: vec![],
-        };
+        let commit = |x, db| commit_payload(x, db, true, "");
+        let rx = RunningXacts::new(600, 600, &[]);
         let row = r
             .feed(
                 &head(100, RecordKind::RunningXacts, 0),
@@ -933,29 +909,9 @@ mod tests {
     fn new_cid_records_give_the_historic_view() {
         use crate::historic::{RelFileLocator, TupleCidKey, INVALID_COMMAND_ID};
         use crate::snapbuild::{SnapshotOrigin, TxnStatus};
-        let p = BuilderParams {
-            major: PgMajor(18),
-            initial_xmin_horizon: 0,
-            start_decoding_at: Lsn(0),
-            building_full_snapshot: false,
-            in_slot_creation: false,
-            two_phase_at: Lsn(0),
-        };
+        let p = params(18, false, 0);
         let mut r = Replay::new(&p, 5);
         let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
-        let head = |lsn: u64, kind: RecordKind, xid, top_xid| RecordHead {
-            lsn: Lsn(lsn),
-            end_lsn: Lsn(lsn + 8),
-            xid,
-            top_xid,
-            rmid: match kind {
-                RecordKind::RunningXacts => crate::records::RM_STANDBY_ID,
-                RecordKind::NewCid => crate::records::RM_HEAP2_ID,
-                _ => RM_XACT_ID,
-            },
-            kind,
-            name: None,
-        };
         let new_cid = |top, offset, cmin, cmax| {
             Payload::NewCid(NewCid {
                 top_xid: top,
@@ -975,17 +931,9 @@ mod tests {
         };
         // Before FULL_SNAPSHOT there is no historic snapshot.
         assert_eq!(r.historic_view(None).unwrap_err(), SnapBuildState::Start);
-        let rx = RunningXacts {
-            xcnt: 0,
-            subxcnt: 0,
-            subxid_overflow: false,
-            next_xid: 700,
-            oldest_running_xid: 700,
-            latest_completed_xid: 699,
-            xids: vec![],
-        };
+        let rx = RunningXacts::new(700, 700, &[]);
         r.feed(
-            &head(100, RecordKind::RunningXacts, 0, 0),
+            &record(100, RecordKind::RunningXacts, 0, 0),
             &Payload::RunningXacts(rx),
             &mut none,
         )
@@ -1000,13 +948,13 @@ mod tests {
         // is rolled back; command 2 updates (0,1).
         let inv = INVALID_COMMAND_ID;
         r.feed(
-            &head(200, RecordKind::NewCid, 700, 0),
+            &record(200, RecordKind::NewCid, 700, 0),
             &new_cid(700, 1, 0, inv),
             &mut none,
         )
         .unwrap();
         r.feed(
-            &head(210, RecordKind::NewCid, 701, 700),
+            &record(210, RecordKind::NewCid, 701, 700),
             &new_cid(700, 2, 1, inv),
             &mut none,
         )
@@ -1015,7 +963,7 @@ mod tests {
         assert_eq!(v.snapshot.subxip, vec![700, 701]);
         assert_eq!(v.snapshot.curcid, 2);
         r.feed(
-            &head(220, RecordKind::Abort, 701, 0),
+            &record(220, RecordKind::Abort, 701, 0),
             &Payload::Abort {
                 xid: 701,
                 subxacts: vec![],
@@ -1026,7 +974,7 @@ mod tests {
         )
         .unwrap();
         r.feed(
-            &head(230, RecordKind::NewCid, 700, 0),
+            &record(230, RecordKind::NewCid, 700, 0),
             &new_cid(700, 1, 0, 2),
             &mut none,
         )
@@ -1053,7 +1001,7 @@ mod tests {
         // (the question about 700 is registered; nothing else is remembered).
         r.builder.reorder.remember = Some(700);
         r.feed(
-            &head(300, RecordKind::Commit, 700, 0),
+            &record(300, RecordKind::Commit, 700, 0),
             &Payload::Commit {
                 xid: 700,
                 subxacts: vec![],

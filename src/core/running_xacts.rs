@@ -58,6 +58,26 @@ fn u32_at(b: &[u8], off: usize) -> u32 {
 }
 
 impl RunningXacts {
+    /// A record whose running transactions are the top-level `xids` (no subtransactions,
+    /// not overflowed), with `oldestRunningXid` and `nextXid` as given and
+    /// `latestCompletedXid` just before `nextXid`: the shape LogStandbySnapshot logs when
+    /// no subtransaction runs.
+    pub fn new(
+        oldest_running_xid: TransactionId,
+        next_xid: TransactionId,
+        xids: &[TransactionId],
+    ) -> Self {
+        RunningXacts {
+            xcnt: xids.len() as u32,
+            subxcnt: 0,
+            subxid_overflow: false,
+            next_xid,
+            oldest_running_xid,
+            latest_completed_xid: next_xid.wrapping_sub(1),
+            xids: xids.to_vec(),
+        }
+    }
+
     /// Decodes the record's main data (little-endian, the server's native layout on the
     /// platforms we build for). Never panics; bounds are checked before every read.
     pub fn parse(data: &[u8]) -> Result<Self, RunningXactsError> {

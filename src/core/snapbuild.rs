@@ -405,7 +405,7 @@ impl ReorderModel {
 
     /// Re-runs reorderbuffer.c ReorderBufferRememberPrepareInfo: a known transaction
     /// remembers its PREPARE record's LSN; false (nothing done) when `xid` is unknown.
-    pub fn remember_prepare(&mut self, xid: TransactionId, lsn: Lsn) -> bool {
+    pub fn remember_prepare_info(&mut self, xid: TransactionId, lsn: Lsn) -> bool {
         match self.txns.get_mut(&xid) {
             Some(t) => {
                 t.prepare_lsn = Some(lsn);
@@ -1212,7 +1212,7 @@ impl SnapBuild {
     }
 
     /// DecodeTXNNeedSkip for a transaction-ending record at `lsn`.
-    fn need_skip(&self, lsn: Lsn, db_id: u32, slot_db: u32) -> Option<DecodeVerdict> {
+    fn decode_txn_need_skip(&self, lsn: Lsn, db_id: u32, slot_db: u32) -> Option<DecodeVerdict> {
         if lsn < self.start_decoding_at {
             Some(DecodeVerdict::SkippedBeforeStartDecodingAt)
         } else if db_id != 0 && db_id != slot_db {
@@ -1248,7 +1248,7 @@ impl SnapBuild {
         let v = self.commit_txn(lsn, x, subxacts, has_invals);
         // DecodeTXNNeedSkip, then ReorderBufferCommitChild and ReorderBufferCommit /
         // ReorderBufferFinishPrepared.
-        let d = if let Some(skip) = self.need_skip(lsn, db_id, slot_db) {
+        let d = if let Some(skip) = self.decode_txn_need_skip(lsn, db_id, slot_db) {
             skip
         } else {
             for s in subxacts {
@@ -1293,7 +1293,7 @@ impl SnapBuild {
     /// ReorderBufferRememberPrepareInfo, then skipped before CONSISTENT or by
     /// DecodeTXNNeedSkip (ReorderBufferSkipPrepare), else ReorderBufferPrepare. `None`
     /// before FULL_SNAPSHOT (xact_decode bails out).
-    pub fn prepare(
+    pub fn decode_prepare(
         &mut self,
         lsn: Lsn,
         x: TransactionId,
@@ -1304,13 +1304,13 @@ impl SnapBuild {
         if self.state < SnapBuildState::FullSnapshot {
             return None;
         }
-        if !self.reorder.remember_prepare(x, lsn) {
+        if !self.reorder.remember_prepare_info(x, lsn) {
             return Some(DecodeVerdict::UnknownTransaction);
         }
         if self.state < SnapBuildState::Consistent {
             return Some(DecodeVerdict::PrepareSkippedNotConsistent);
         }
-        if let Some(skip) = self.need_skip(lsn, db_id, slot_db) {
+        if let Some(skip) = self.decode_txn_need_skip(lsn, db_id, slot_db) {
             return Some(skip);
         }
         for s in subxacts {
@@ -1329,7 +1329,7 @@ impl SnapBuild {
     /// on, gid not filtered): unless DecodeTXNNeedSkip, ReorderBufferFinishPrepared sends
     /// ROLLBACK PREPARED for a known transaction (with changes, except on 14); either way
     /// the reorder buffer lets go of it. `None` before FULL_SNAPSHOT.
-    pub fn rollback_prepared(
+    pub fn decode_abort_prepared(
         &mut self,
         lsn: Lsn,
         x: TransactionId,
@@ -1340,7 +1340,7 @@ impl SnapBuild {
         if self.state < SnapBuildState::FullSnapshot {
             return None;
         }
-        let d = match self.need_skip(lsn, db_id, slot_db) {
+        let d = match self.decode_txn_need_skip(lsn, db_id, slot_db) {
             Some(skip) => skip,
             None if !self.reorder.knows(x) => DecodeVerdict::UnknownTransaction,
             None if self.reorder.has_base_snapshot(x)
@@ -1556,18 +1556,6 @@ mod tests {
         }
     }
 
-    fn rx(oldest: u32, next: u32, xids: &[u32]) -> RunningXacts {
-        RunningXacts {
-            xcnt: xids.len() as u32,
-            subxcnt: 0,
-            subxid_overflow: false,
-            next_xid: next,
-            oldest_running_xid: oldest,
-            latest_completed_xid: next.wrapping_sub(1),
-            xids: xids.to_vec(),
-        }
-    }
-
     fn no_file(_: Lsn) -> RestoreResult {
         Ok(None)
     }
@@ -1578,7 +1566,11 @@ mod tests {
     fn seed_000_worked_example() {
         let mut b = SnapBuild::new(&params(18));
         let s1 = b
-            .process_running_xacts(Lsn(0x100), &rx(401, 503, &[401, 402]), &mut no_file)
+            .process_running_xacts(
+                Lsn(0x100),
+                &RunningXacts::new(401, 503, &[401, 402]),
+                &mut no_file,
+            )
             .unwrap();
         assert_eq!(s1.branch, Branch::C1);
         assert_eq!(b.state, SnapBuildState::BuildingSnapshot);
@@ -1591,14 +1583,18 @@ mod tests {
         );
 
         let s2 = b
-            .process_running_xacts(Lsn(0x200), &rx(503, 520, &[503, 510]), &mut no_file)
+            .process_running_xacts(
+                Lsn(0x200),
+                &RunningXacts::new(503, 520, &[503, 510]),
+                &mut no_file,
+            )
             .unwrap();
         assert_eq!(s2.branch, Branch::C2);
         assert_eq!(b.state, SnapBuildState::FullSnapshot);
         assert_eq!(b.next_phase_at, 520);
 
         let s3 = b
-            .process_running_xacts(Lsn(0x300), &rx(521, 521, &[]), &mut no_file)
+            .process_running_xacts(Lsn(0x300), &RunningXacts::new(521, 521, &[]), &mut no_file)
             .unwrap();
         assert_eq!(s3.branch, Branch::A);
         assert_eq!(b.state, SnapBuildState::Consistent);
@@ -1617,12 +1613,16 @@ mod tests {
     #[test]
     fn c3_needs_a_running_transaction() {
         let mut b = SnapBuild::new(&params(18));
-        b.process_running_xacts(Lsn(1), &rx(754, 756, &[754, 755]), &mut no_file)
-            .unwrap();
-        b.process_running_xacts(Lsn(2), &rx(756, 757, &[756]), &mut no_file)
+        b.process_running_xacts(
+            Lsn(1),
+            &RunningXacts::new(754, 756, &[754, 755]),
+            &mut no_file,
+        )
+        .unwrap();
+        b.process_running_xacts(Lsn(2), &RunningXacts::new(756, 757, &[756]), &mut no_file)
             .unwrap();
         let s = b
-            .process_running_xacts(Lsn(3), &rx(757, 758, &[757]), &mut no_file)
+            .process_running_xacts(Lsn(3), &RunningXacts::new(757, 758, &[757]), &mut no_file)
             .unwrap();
         assert_eq!(s.branch, Branch::C3);
         assert_eq!(
@@ -1635,10 +1635,18 @@ mod tests {
     #[test]
     fn fall_through_while_waiting() {
         let mut b = SnapBuild::new(&params(18));
-        b.process_running_xacts(Lsn(1), &rx(754, 756, &[754, 755]), &mut no_file)
-            .unwrap();
+        b.process_running_xacts(
+            Lsn(1),
+            &RunningXacts::new(754, 756, &[754, 755]),
+            &mut no_file,
+        )
+        .unwrap();
         let s = b
-            .process_running_xacts(Lsn(2), &rx(755, 757, &[755, 756]), &mut no_file)
+            .process_running_xacts(
+                Lsn(2),
+                &RunningXacts::new(755, 757, &[755, 756]),
+                &mut no_file,
+            )
             .unwrap();
         assert_eq!(s.branch, Branch::FallThrough);
         assert_eq!(b.state, SnapBuildState::BuildingSnapshot);
@@ -1651,7 +1659,11 @@ mod tests {
         p.initial_xmin_horizon = 800;
         let mut b = SnapBuild::new(&p);
         let s = b
-            .process_running_xacts(Lsn(1), &rx(790, 805, &[790, 801]), &mut no_file)
+            .process_running_xacts(
+                Lsn(1),
+                &RunningXacts::new(790, 805, &[790, 801]),
+                &mut no_file,
+            )
             .unwrap();
         assert_eq!(s.branch, Branch::XminHorizonTooLow);
         assert_eq!(s.wait_xids, vec![790]);
@@ -1660,7 +1672,7 @@ mod tests {
 
     fn consistent_file(xmin: u32, xmax: u32) -> SnapBuildOnDisk {
         let mut b = SnapBuild::new(&params(18));
-        b.process_running_xacts(Lsn(1), &rx(xmin, xmin, &[]), &mut no_file)
+        b.process_running_xacts(Lsn(1), &RunningXacts::new(xmin, xmin, &[]), &mut no_file)
             .unwrap();
         b.xmax = xmax;
         b.serialize(Lsn(0x500))
@@ -1672,7 +1684,11 @@ mod tests {
         let mut with_file = |_: Lsn| -> RestoreResult { Ok(Some(file.clone())) };
         let mut creating = SnapBuild::new(&params(18));
         let s = creating
-            .process_running_xacts(Lsn(0x500), &rx(899, 902, &[899]), &mut with_file)
+            .process_running_xacts(
+                Lsn(0x500),
+                &RunningXacts::new(899, 902, &[899]),
+                &mut with_file,
+            )
             .unwrap();
         assert_eq!(s.branch, Branch::C1);
 
@@ -1680,7 +1696,11 @@ mod tests {
         p.in_slot_creation = false;
         let mut restarting = SnapBuild::new(&p);
         let s = restarting
-            .process_running_xacts(Lsn(0x500), &rx(899, 902, &[899]), &mut with_file)
+            .process_running_xacts(
+                Lsn(0x500),
+                &RunningXacts::new(899, 902, &[899]),
+                &mut with_file,
+            )
             .unwrap();
         assert_eq!(s.branch, Branch::B);
         assert_eq!(restarting.state, SnapBuildState::Consistent);
@@ -1697,14 +1717,22 @@ mod tests {
         let mut with15 = |_: Lsn| -> RestoreResult { Ok(Some(f15.clone())) };
         let mut creating15 = SnapBuild::new(&params(15));
         let s = creating15
-            .process_running_xacts(Lsn(0x500), &rx(899, 902, &[899]), &mut with15)
+            .process_running_xacts(
+                Lsn(0x500),
+                &RunningXacts::new(899, 902, &[899]),
+                &mut with15,
+            )
             .unwrap();
         assert_eq!(s.branch, Branch::C1);
         let mut p15 = params(15);
         p15.in_slot_creation = false;
         let mut pg15 = SnapBuild::new(&p15);
         let s = pg15
-            .process_running_xacts(Lsn(0x500), &rx(899, 902, &[899]), &mut with15)
+            .process_running_xacts(
+                Lsn(0x500),
+                &RunningXacts::new(899, 902, &[899]),
+                &mut with15,
+            )
             .unwrap();
         assert_eq!(s.branch, Branch::B);
         assert_eq!(pg15.initial_running_xacts, vec![899]);
@@ -1719,7 +1747,11 @@ mod tests {
         let mut b = SnapBuild::new(&p);
         let mut with_file = |_: Lsn| -> RestoreResult { Ok(Some(file.clone())) };
         let s = b
-            .process_running_xacts(Lsn(0x500), &rx(960, 970, &[960]), &mut with_file)
+            .process_running_xacts(
+                Lsn(0x500),
+                &RunningXacts::new(960, 970, &[960]),
+                &mut with_file,
+            )
             .unwrap();
         assert_eq!(s.branch, Branch::C1);
     }
@@ -1727,10 +1759,14 @@ mod tests {
     #[test]
     fn consistent_builder_serializes_before_moving_xmin() {
         let mut b = SnapBuild::new(&params(18));
-        b.process_running_xacts(Lsn(1), &rx(700, 700, &[]), &mut no_file)
+        b.process_running_xacts(Lsn(1), &RunningXacts::new(700, 700, &[]), &mut no_file)
             .unwrap();
         let s = b
-            .process_running_xacts(Lsn(0x900), &rx(705, 710, &[705]), &mut no_file)
+            .process_running_xacts(
+                Lsn(0x900),
+                &RunningXacts::new(705, 710, &[705]),
+                &mut no_file,
+            )
             .unwrap();
         assert_eq!(s.branch, Branch::Serialize);
         let f = s.serialized.unwrap();
@@ -1746,7 +1782,7 @@ mod tests {
     #[test]
     fn catalog_commit_advances_xmax_and_is_purged_later() {
         let mut b = SnapBuild::new(&params(18));
-        b.process_running_xacts(Lsn(1), &rx(700, 700, &[]), &mut no_file)
+        b.process_running_xacts(Lsn(1), &RunningXacts::new(700, 700, &[]), &mut no_file)
             .unwrap();
         b.reorder.process_xid(702, Lsn(9));
         b.mark_catalog_changes(702, Lsn(9));
@@ -1763,7 +1799,7 @@ mod tests {
         let (v, _) = b.commit(Lsn(11), 704, &[], false, 0, 5);
         assert_eq!(v, CommitVerdict::NotCatalogChanging);
         assert!(!b.includes_all_transactions);
-        b.process_running_xacts(Lsn(20), &rx(705, 705, &[]), &mut no_file)
+        b.process_running_xacts(Lsn(20), &RunningXacts::new(705, 705, &[]), &mut no_file)
             .unwrap();
         assert!(b.committed_xip.is_empty());
     }
@@ -1771,7 +1807,7 @@ mod tests {
     #[test]
     fn subtransaction_catalog_change_forces_parent() {
         let mut b = SnapBuild::new(&params(18));
-        b.process_running_xacts(Lsn(1), &rx(700, 700, &[]), &mut no_file)
+        b.process_running_xacts(Lsn(1), &RunningXacts::new(700, 700, &[]), &mut no_file)
             .unwrap();
         b.reorder.assign_child(710, 711, Lsn(2));
         b.mark_catalog_changes(711, Lsn(3));
@@ -1807,20 +1843,28 @@ mod tests {
     fn wraparound_in_the_state_machine() {
         let mut b = SnapBuild::new(&params(18));
         let near = u32::MAX - 1;
-        b.process_running_xacts(Lsn(1), &rx(near, 4, &[near, u32::MAX]), &mut no_file)
-            .unwrap();
+        b.process_running_xacts(
+            Lsn(1),
+            &RunningXacts::new(near, 4, &[near, u32::MAX]),
+            &mut no_file,
+        )
+        .unwrap();
         assert_eq!(b.next_phase_at, 4);
         // oldest 4 >= next_phase_at 4 across the wrap: BUILDING -> FULL.
         let s = b
-            .process_running_xacts(Lsn(2), &rx(4, 6, &[4]), &mut no_file)
+            .process_running_xacts(Lsn(2), &RunningXacts::new(4, 6, &[4]), &mut no_file)
             .unwrap();
         assert_eq!(s.branch, Branch::C2);
         // An oldest xid just before the wrap does not satisfy the next phase.
         let mut b2 = SnapBuild::new(&params(18));
-        b2.process_running_xacts(Lsn(1), &rx(near, 4, &[near]), &mut no_file)
+        b2.process_running_xacts(Lsn(1), &RunningXacts::new(near, 4, &[near]), &mut no_file)
             .unwrap();
         let s = b2
-            .process_running_xacts(Lsn(2), &rx(u32::MAX, 5, &[u32::MAX]), &mut no_file)
+            .process_running_xacts(
+                Lsn(2),
+                &RunningXacts::new(u32::MAX, 5, &[u32::MAX]),
+                &mut no_file,
+            )
             .unwrap();
         assert_eq!(s.branch, Branch::FallThrough);
     }

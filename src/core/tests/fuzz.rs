@@ -39,7 +39,7 @@ fn decoders_never_panic_on_random_bytes() {
 fn mutated_valid_files_fail_cleanly_or_roundtrip() {
     let mut b = SnapBuild::new(&params(18, false));
     let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
-    b.process_running_xacts(Lsn(1), &rx(900, 900, &[]), &mut none)
+    b.process_running_xacts(Lsn(1), &RunningXacts::new(900, 900, &[]), &mut none)
         .unwrap();
     b.committed_xip = vec![901, 905, 903];
     let good = b.serialize(Lsn(0x1000)).encode().unwrap();
@@ -73,18 +73,6 @@ fn params(major: u32, creating: bool) -> BuilderParams {
         building_full_snapshot: false,
         in_slot_creation: creating,
         two_phase_at: Lsn(0),
-    }
-}
-
-fn rx(oldest: u32, next: u32, xids: &[u32]) -> RunningXacts {
-    RunningXacts {
-        xcnt: xids.len() as u32,
-        subxcnt: 0,
-        subxid_overflow: false,
-        next_xid: next,
-        oldest_running_xid: oldest,
-        latest_completed_xid: next.wrapping_sub(1),
-        xids: xids.to_vec(),
     }
 }
 
@@ -124,7 +112,7 @@ fn state_machine_invariants_on_random_histories() {
             let s = b
                 .process_running_xacts(
                     Lsn(100 * (step + 1)),
-                    &rx(oldest, next, &running),
+                    &RunningXacts::new(oldest, next, &running),
                     &mut none,
                 )
                 .unwrap();
@@ -213,7 +201,7 @@ fn two_phase_protocol_on_random_histories() {
                     let oldest = running.first().copied().unwrap_or(next);
                     (
                         head(RecordKind::RunningXacts, RM_STANDBY_ID, 0),
-                        Payload::RunningXacts(rx(oldest, next, &running)),
+                        Payload::RunningXacts(RunningXacts::new(oldest, next, &running)),
                     )
                 } else if pick <= 2 || open.is_empty() {
                     // a new transaction: a row change, a row lock, or a first record later
