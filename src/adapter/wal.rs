@@ -33,15 +33,25 @@ struct Current {
     main_data_len: u32,
 }
 
+// The XLogReader callbacks must be the server's C functions themselves (pgrx's bindings are
+// Rust wrappers), so they are declared by their C symbols: the segment callbacks here, the
+// page readers in each `compat`.
+unsafe extern "C-unwind" {
+    fn wal_segment_open(
+        state: *mut pgrx::pg_sys::XLogReaderState,
+        next_seg_no: pgrx::pg_sys::XLogSegNo,
+        tli_p: *mut pgrx::pg_sys::TimeLineID,
+    );
+    fn wal_segment_close(state: *mut pgrx::pg_sys::XLogReaderState);
+}
+
 #[cfg(not(feature = "pg14"))]
 mod compat {
     //! 15+: `read_local_xlog_page_no_wait` and `XLogFindNextRecord` exist in the backend,
     //! and the decoded record lives in `state->record`.
-    use super::Current;
+    use super::{wal_segment_close, wal_segment_open, Current};
     use pgrx::pg_sys;
 
-    // The XLogReader callbacks must be the server's C functions themselves (pgrx's
-    // bindings are Rust wrappers), so they are declared here by their C symbols.
     unsafe extern "C-unwind" {
         fn read_local_xlog_page_no_wait(
             state: *mut pg_sys::XLogReaderState,
@@ -50,12 +60,6 @@ mod compat {
             target_rec_ptr: pg_sys::XLogRecPtr,
             cur_page: *mut std::ffi::c_char,
         ) -> std::ffi::c_int;
-        fn wal_segment_open(
-            state: *mut pg_sys::XLogReaderState,
-            next_seg_no: pg_sys::XLogSegNo,
-            tli_p: *mut pg_sys::TimeLineID,
-        );
-        fn wal_segment_close(state: *mut pg_sys::XLogReaderState);
     }
 
     pub unsafe fn allocate() -> *mut pg_sys::XLogReaderState {
@@ -113,7 +117,7 @@ mod compat {
     //! 14: no no-wait page reader and no backend XLogFindNextRecord; the decoded record's
     //! fields sit in the reader itself. The page callback stops at the flushed end of WAL
     //! instead of waiting there, as 15's read_local_xlog_page_no_wait does.
-    use super::Current;
+    use super::{wal_segment_close, wal_segment_open, Current};
     use pgrx::pg_sys;
 
     #[repr(C)]
@@ -129,12 +133,6 @@ mod compat {
             target_rec_ptr: pg_sys::XLogRecPtr,
             cur_page: *mut std::ffi::c_char,
         ) -> std::ffi::c_int;
-        fn wal_segment_open(
-            state: *mut pg_sys::XLogReaderState,
-            next_seg_no: pg_sys::XLogSegNo,
-            tli_p: *mut pg_sys::TimeLineID,
-        );
-        fn wal_segment_close(state: *mut pg_sys::XLogReaderState);
         fn GetFlushRecPtr() -> pg_sys::XLogRecPtr;
     }
 
