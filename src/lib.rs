@@ -1,13 +1,20 @@
 //! pg_snapbuild: PostgreSQL's logical decoding snapshot builder (snapbuild.c),
 //! re-run in Rust on the server's own inputs, beside the server's own verdicts.
 //!
-//! Layout: `snapbuild_core` (src/core, pure Rust, no FFI) holds the logic;
-//! [`adapter`] fetches WAL, slots and `.snap` files from the running server;
-//! [`sql`] exposes set-returning functions.
+//! Layout, each layer calling only downwards:
+//! - [`sql`]: the SQL functions; each validates its arguments through the context, runs
+//!   it and maps rows to columns.
+//! - [`context`]: the decoding context (logical.c's role): turns a slot or an LSN range
+//!   into a running replay with one record loop, and judges rows against the server.
+//! - [`adapter`]: fetches the server's inputs (WAL through XLogReader, slots from shared
+//!   memory, `.snap` files, heap pages) as plain values.
+//! - `snapbuild_core` (src/core, pure Rust, no FFI): the logic, mirroring PostgreSQL's
+//!   files.
 
 ::pgrx::pg_module_magic!(name, version);
 
 pub mod adapter;
+pub mod context;
 pub mod sql;
 
 pgrx::extension_sql!(

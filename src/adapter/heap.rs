@@ -463,7 +463,7 @@ pub fn judge_relation(
                 for (j, it) in out[first..].iter_mut().zip(items.iter()) {
                     let mut htup: pg_sys::HeapTupleData = std::mem::zeroed();
                     htup.t_len = it.item.len as u32;
-                    htup.t_self = crate::sql::types::tid(block, it.item.offnum);
+                    htup.t_self = tid(block, it.item.offnum);
                     htup.t_tableOid = rel_oid;
                     htup.t_data =
                         base.add(it.item.off as usize) as *mut pg_sys::HeapTupleHeaderData;
@@ -491,4 +491,11 @@ pub fn judge_relation(
             applied_mapping_files: resolver.applied_files,
         }
     }
+}
+
+/// A `tid` value (block, offset).
+pub fn tid(block: u32, offset: u16) -> pg_sys::ItemPointerData {
+    let mut t = pg_sys::ItemPointerData::default();
+    pgrx::itemptr::item_pointer_set_all(&mut t, block, offset);
+    t
 }

@@ -79,10 +79,18 @@ pub fn path_for(lsn: Lsn) -> String {
 /// Reads and decodes the file for `lsn`; `Ok(None)` when it does not exist (the
 /// `missing_ok` path of SnapBuildRestoreSnapshot).
 pub fn read_snapshot(lsn: Lsn, version: u32) -> Result<Option<SnapBuildOnDisk>, SnapFileError> {
+    Ok(read_snapshot_bytes(lsn, version)?.map(|(file, _)| file))
+}
+
+/// [`read_snapshot`] with the file's raw bytes beside its decoded contents.
+pub fn read_snapshot_bytes(
+    lsn: Lsn,
+    version: u32,
+) -> Result<Option<(SnapBuildOnDisk, Vec<u8>)>, SnapFileError> {
     let path = path_for(lsn);
     match std::fs::read(&path) {
         Ok(bytes) => SnapBuildOnDisk::decode(&bytes, version)
-            .map(Some)
+            .map(|file| Some((file, bytes)))
             .map_err(|err| SnapFileError::Corrupt { path, err }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(err) => Err(SnapFileError::Io { path, err }),

@@ -376,6 +376,24 @@ impl WalReader {
     }
 }
 
+/// ERROR `undefined_file` (58P01) naming `start` if its WAL segment was already removed
+/// (XLogGetLastRemovedSegno).
+pub fn check_available(start: Lsn) {
+    unsafe {
+        let seg_size = pg_sys::wal_segment_size as u64;
+        if seg_size == 0 {
+            return;
+        }
+        let last_removed = pg_sys::XLogGetLastRemovedSegno();
+        if start.0 / seg_size <= last_removed {
+            raise(
+                C::ERRCODE_UNDEFINED_FILE,
+                format!("WAL at {start} has already been removed"),
+            );
+        }
+    }
+}
+
 /// How far WAL is flushed now (`GetFlushRecPtr`).
 pub fn flush_lsn() -> Lsn {
     Lsn(unsafe { compat::flush_ptr() })

@@ -2,16 +2,13 @@
 //! restart_lsn and candidates will stand after one more `pg_logical_slot_get_changes`.
 
 use pgrx::prelude::*;
-use snapbuild_core::replay::{Replay, TwoPhaseDecoding};
 use snapbuild_core::slot::SlotModel;
-use snapbuild_core::snapbuild::RestoreResult;
 use snapbuild_core::Lsn;
 
 use crate::adapter::raise;
 use crate::adapter::slots::find_slot;
-use crate::adapter::snapfiles::{self, SnapFileError};
-use crate::adapter::wal::{flush_lsn, WalReader};
-use crate::sql::trace::params_for_slot;
+use crate::adapter::wal::flush_lsn;
+use crate::context::{self, DecodingContext};
 use crate::sql::types::{PgLsn, PgName, Xid};
 
 fn opt_xid(x: u32) -> Option<Xid> {
@@ -64,8 +61,6 @@ fn snapbuild_slot_prediction(
             ),
         );
     }
-    let params = params_for_slot(&slot);
-    let version = params.major.snapbuild_version();
     let mut model = SlotModel {
         catalog_xmin: slot.catalog_xmin,
         effective_catalog_xmin: slot.effective_catalog_xmin,
@@ -78,66 +73,44 @@ fn snapbuild_slot_prediction(
     };
     let current = model;
     let upto = upto_lsn.map(|l| Lsn(l.0));
-    let mut replay = Replay::new(&params, slot.datoid);
-    replay.two_phase = TwoPhaseDecoding::for_slot(slot.two_phase, &slot.plugin);
-    let mut reader = WalReader::open(Lsn(slot.restart_lsn));
-    let mut restore = |lsn: Lsn| -> RestoreResult {
-        match snapfiles::read_snapshot(lsn, version) {
-            Ok(f) => Ok(f),
-            Err(SnapFileError::Corrupt { err, .. }) => Err(err),
-            Err(e) => e.raise(),
-        }
-    };
+    let mut ctx = DecodingContext::start(context::input::for_slot_copy(slot, false));
     // pg_logical_slot_get_changes reads while the last record ended before the flush
     // position it saw at its start (waiting for a record that crosses it), and stops early
     // at the first record ending at or after upto_lsn.
     let end_of_wal = flush_lsn();
-    let (mut last_end, mut records) = (Lsn(0), 0i64);
     let mut waited_ms = 0;
     loop {
-        let Some(rec) = reader.next_record() else {
+        let Some(row) = ctx.next_row_or_raise(None) else {
             // The no-wait reader stopped at the flushed end. The server's reader would wait
             // for the record that crosses end_of_wal: do the same, briefly.
+            let last_end = if ctx.records > 0 { ctx.last_end } else { Lsn(0) };
             if last_end >= end_of_wal || upto.is_some_and(|u| u <= last_end) || waited_ms >= 10_000
             {
                 break;
             }
-            unsafe { pg_sys::pg_usleep(10_000) };
-            waited_ms += 10;
-            pgrx::check_for_interrupts!();
-            if flush_lsn() > last_end {
-                let from = if last_end.is_valid() {
-                    Lsn(last_end.0.div_ceil(8) * 8)
-                } else {
-                    Lsn(slot.restart_lsn)
-                };
-                // The next record may still be only partly flushed: keep waiting then.
-                if let Some(r) = WalReader::try_open(from) {
-                    reader = r;
-                }
+            let before = std::time::Instant::now();
+            let more = ctx.wait_for_record(10_000 - waited_ms);
+            waited_ms += before.elapsed().as_millis().max(10) as u64;
+            if !more {
+                break;
             }
             continue;
         };
-        records += 1;
-        last_end = rec.head.end_lsn;
-        match replay.feed(&rec.head, &rec.payload, &mut restore) {
-            Ok(row) => {
-                if let Some((lsn, xmin)) = row.candidate_xmin {
-                    model.increase_xmin(lsn, xmin);
-                }
-                if let Some((lsn, restart)) = row.candidate_restart {
-                    model.increase_restart(lsn, restart);
-                }
-            }
-            Err(e) => raise(
-                PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
-                e.error.message(&snapfiles::path_for(e.row.lsn)),
-            ),
+        if let Some((lsn, xmin)) = row.candidate_xmin {
+            model.increase_xmin(lsn, xmin);
         }
-        if upto.is_some_and(|u| u <= last_end) || last_end >= end_of_wal {
+        if let Some((lsn, restart)) = row.candidate_restart {
+            model.increase_restart(lsn, restart);
+        }
+        if upto.is_some_and(|u| u <= ctx.last_end) || ctx.last_end >= end_of_wal {
             break;
         }
     }
+    let (last_end, records) = if ctx.records > 0 {
+        (ctx.last_end, ctx.records as i64)
+    } else {
+        (Lsn(0), 0)
+    };
     if last_end.is_valid() {
         model.confirm(last_end);
     }

@@ -1,7 +1,7 @@
 //! `snapbuild_snapshot_info(filename)` and `snapbuild_snapshot_files()`.
 
 use pgrx::prelude::*;
-use snapbuild_core::{SnapBuildOnDisk, SnapBuildState};
+use snapbuild_core::SnapBuildOnDisk;
 
 use crate::adapter::{server_major, snapfiles};
 use crate::sql::types::{xids, PgLsn, Xid};
@@ -30,12 +30,7 @@ pub type InfoRow = (
 );
 
 /// The state name as contrib pg_logicalinspect prints it ("unknown state" otherwise).
-pub fn state_name(raw: i32) -> String {
-    SnapBuildState::from_raw(raw)
-        .map(|s| s.as_str())
-        .unwrap_or("unknown state")
-        .to_owned()
-}
+pub use crate::context::verdict::state_name;
 
 /// Columns for a decoded file. A decoded file always passed its checksum. Empty xid
 /// arrays are NULL, and `catchange_*` are NULL where the on-disk version has no such

@@ -200,10 +200,3 @@ unsafe impl SqlTranslatable for RegClass {
 }
 
 arg_via_from_datum!(RegClass);
-
-/// A `tid` value (block, offset).
-pub fn tid(block: u32, offset: u16) -> pg_sys::ItemPointerData {
-    let mut t = pg_sys::ItemPointerData::default();
-    pgrx::itemptr::item_pointer_set_all(&mut t, block, offset);
-    t
-}

@@ -16,8 +16,9 @@ use snapbuild_core::{Lsn, SnapBuildState};
 use crate::adapter::heap::{judge_relation, Server};
 use crate::adapter::snapfiles;
 use crate::adapter::{raise, raise_with_detail, server_major};
-use crate::sql::trace::{replay_capturing, slot_input};
-use crate::sql::types::{tid, xids, PgLsn, PgName, RegClass, Xid};
+use crate::adapter::heap::tid;
+use crate::context::{self, DecodingContext};
+use crate::sql::types::{xids, PgLsn, PgName, RegClass, Xid};
 
 /// The historic view of the decoder of `slot_name` at `at_lsn` (the last record ending at
 /// or before it; the end of flushed WAL when NULL) for the decoding transaction `xid`.
@@ -29,7 +30,7 @@ struct SlotView {
 }
 
 fn slot_view(slot_name: &str, at_lsn: Option<PgLsn>, xid: Option<Xid>) -> SlotView {
-    let input = slot_input(slot_name, false);
+    let input = context::for_slot(slot_name, false);
     if let Some(at) = at_lsn {
         if at.0 < input.start.0 {
             raise(
@@ -42,7 +43,10 @@ fn slot_view(slot_name: &str, at_lsn: Option<PgLsn>, xid: Option<Xid>) -> SlotVi
             );
         }
     }
-    let cap = replay_capturing(&input, at_lsn.map(|l| Lsn(l.0)), xid.map(|x| x.0));
+    let mut ctx = DecodingContext::start(input);
+    // Keep the decoding transaction's view even once it has ended.
+    ctx.replay.builder.reorder.remember = xid.map(|x| x.0);
+    let cap = ctx.run_capturing(at_lsn.map(|l| Lsn(l.0)));
     let base = cap.base.unwrap_or_else(|state| {
         raise_with_detail(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

@@ -1,0 +1,280 @@
+//! [`DecodingContext`]: one WAL reader, one replay, one record loop.
+
+use pgrx::prelude::*;
+use snapbuild_core::replay::{Replay, ReplayError, TraceRow};
+use snapbuild_core::snapbuild::{BuiltSnapshot, RestoreResult};
+use snapbuild_core::{Lsn, SnapBuildState};
+
+use crate::adapter::snapfiles::{self, SnapFileError};
+use crate::adapter::wal::{self, WalReader, WalRecord};
+use crate::adapter::raise;
+use crate::context::input::ReplayInput;
+
+/// Why the record loop stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// The end of flushed WAL was reached.
+    EndOfWal,
+    /// The next record ends after the input's `end`.
+    EndLsn,
+    /// No complete record exists at or after the start yet (a slot created a moment
+    /// ago, or a standby that has not received WAL past it).
+    NothingFlushedYet,
+    /// The replay raised the ERROR the server would raise (a broken `.snap` file).
+    Error,
+}
+
+impl Stop {
+    /// A sentence for the first row or a diagnosis.
+    pub fn text(self) -> &'static str {
+        match self {
+            Stop::EndOfWal => "stopped at the end of flushed WAL",
+            Stop::EndLsn => "stopped at end_lsn",
+            Stop::NothingFlushedYet => "no complete WAL record after the start position has been flushed yet",
+            Stop::Error => "stopped at an ERROR the server would raise too",
+        }
+    }
+}
+
+/// A running replay (the role of logical.c's LogicalDecodingContext): the WAL reader
+/// positioned after the last record fed, the replayed decoder, and where it stands.
+pub struct DecodingContext {
+    pub input: ReplayInput,
+    pub replay: Replay,
+    reader: Option<WalReader>,
+    /// A record read but not fed yet (it ends after a limit given to `next_row_upto`).
+    pending: Option<WalRecord>,
+    /// The memory context the reader was allocated in (for set-returning functions the
+    /// multi-call context): every read runs in it, since per-call contexts are reset.
+    mcx: pg_sys::MemoryContext,
+    /// SNAPBUILD_VERSION of this server, for `.snap` files restored on branch b.
+    version: u32,
+    /// The end of the last record fed (the start position before any).
+    pub last_end: Lsn,
+    /// The start of the last record fed.
+    pub last_record: Option<Lsn>,
+    /// Records fed so far.
+    pub records: u64,
+    /// Set once the loop has ended, with the reason.
+    pub stopped: Option<Stop>,
+}
+
+/// SnapBuildRestore's file access: the `.snap` file for `lsn`, absent, or broken (the
+/// broken file becomes the replay's ERROR row); other I/O errors are raised.
+fn restore_snapshot(lsn: Lsn, version: u32) -> RestoreResult {
+    match snapfiles::read_snapshot(lsn, version) {
+        Ok(f) => Ok(f),
+        Err(SnapFileError::Corrupt { err, .. }) => Err(err),
+        Err(e) => e.raise(),
+    }
+}
+
+impl DecodingContext {
+    /// Starts the replay described by `input`: checks that the WAL at its start still
+    /// exists and opens PostgreSQL's XLogReader at the first valid record at or after it.
+    /// A start with no complete record after it yet is not an error: the loop then
+    /// yields nothing and [`DecodingContext::stopped`] says why.
+    ///
+    /// Errors: `undefined_file` (58P01) when the WAL at the start has been removed.
+    pub fn start(input: ReplayInput) -> Self {
+        wal::check_available(input.start);
+        let mut replay = Replay::new(&input.params, input.slot_db);
+        replay.two_phase = input.two_phase.clone();
+        let reader = WalReader::try_open(input.start).map(|mut r| {
+            r.with_names = input.all_records;
+            r
+        });
+        let stopped = reader.is_none().then_some(Stop::NothingFlushedYet);
+        DecodingContext {
+            version: input.params.major.snapbuild_version(),
+            last_end: input.start,
+            input,
+            replay,
+            reader,
+            pending: None,
+            mcx: unsafe { pg_sys::CurrentMemoryContext },
+            last_record: None,
+            records: 0,
+            stopped,
+        }
+    }
+
+    /// The `REPLAY START` row: the builder before any record, with the input's label
+    /// (and why nothing can be read, when nothing can).
+    pub fn start_row(&self) -> TraceRow {
+        let mut row = Replay::new(&self.input.params, self.input.slot_db).builder_row_at(self.input.start);
+        row.record = "REPLAY START".into();
+        let mut label = self.input.label.clone();
+        if self.stopped == Some(Stop::NothingFlushedYet) {
+            label.push_str(&format!("; {}", Stop::NothingFlushedYet.text()));
+        }
+        row.message = Some(label);
+        row.interesting = true;
+        row
+    }
+
+    /// Reads the next record, within the input's `end`, and keeps it unfed while it ends
+    /// after `limit`.
+    fn read(&mut self, limit: Option<Lsn>) -> Option<WalRecord> {
+        if self.stopped.is_some() {
+            return None;
+        }
+        let rec = match self.pending.take() {
+            Some(r) => r,
+            None => {
+                let mcx = self.mcx;
+                let reader = self.reader.as_mut()?;
+                let next = unsafe { pgrx::PgMemoryContexts::For(mcx).switch_to(|_| reader.next_record()) };
+                match next {
+                    Some(r) => r,
+                    None => {
+                        self.stopped = Some(Stop::EndOfWal);
+                        return None;
+                    }
+                }
+            }
+        };
+        if self.input.end.is_some_and(|end| rec.head.end_lsn > end) {
+            self.stopped = Some(Stop::EndLsn);
+            return None;
+        }
+        if limit.is_some_and(|l| rec.head.end_lsn > l) {
+            self.pending = Some(rec);
+            return None;
+        }
+        Some(rec)
+    }
+
+    /// The record loop: reads the next record and re-runs decode.c
+    /// LogicalDecodingProcessRecord on it. `None` at the end (see
+    /// [`DecodingContext::stopped`]); `Some(Err)` for the ERROR the server would raise
+    /// there (a broken `.snap` file on branch b), after which the loop ends.
+    pub fn next_row(&mut self) -> Option<Result<TraceRow, ReplayError>> {
+        self.next_row_upto(None)
+    }
+
+    /// [`DecodingContext::next_row`], but only for a record ending at or before `limit`
+    /// (a later one stays unread for the next call).
+    pub fn next_row_upto(&mut self, limit: Option<Lsn>) -> Option<Result<TraceRow, ReplayError>> {
+        let rec = self.read(limit)?;
+        let version = self.version;
+        let mut restore = |lsn: Lsn| restore_snapshot(lsn, version);
+        let mcx = self.mcx;
+        let replay = &mut self.replay;
+        let fed = unsafe {
+            pgrx::PgMemoryContexts::For(mcx)
+                .switch_to(|_| replay.feed(&rec.head, &rec.payload, &mut restore))
+        };
+        self.records += 1;
+        self.last_end = rec.head.end_lsn;
+        self.last_record = Some(rec.head.lsn);
+        if fed.is_err() {
+            self.stopped = Some(Stop::Error);
+        }
+        Some(fed)
+    }
+
+    /// [`DecodingContext::next_row`] that raises the replay's ERROR (`data_corrupted`,
+    /// XX001) instead of returning it, for consumers that produce no per-record rows.
+    pub fn next_row_or_raise(&mut self, limit: Option<Lsn>) -> Option<TraceRow> {
+        match self.next_row_upto(limit)? {
+            Ok(row) => Some(row),
+            Err(e) => raise(
+                PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+                e.error.message(&snapfiles::path_for(e.row.lsn)),
+            ),
+        }
+    }
+
+    /// After the loop stopped at the end of flushed WAL: waits (polling every 10 ms,
+    /// checking for interrupts) until a complete record following the last one has been
+    /// flushed, at most `max_ms` milliseconds, and re-opens the reader there, as the
+    /// server's page reader waits for WAL (read_local_xlog_page). True when there is a
+    /// record to read again.
+    pub fn wait_for_record(&mut self, max_ms: u64) -> bool {
+        if self.stopped != Some(Stop::EndOfWal) && self.stopped != Some(Stop::NothingFlushedYet) {
+            return false;
+        }
+        let mut waited = 0;
+        while waited < max_ms {
+            unsafe { pg_sys::pg_usleep(10_000) };
+            waited += 10;
+            pgrx::check_for_interrupts!();
+            if wal::flush_lsn() > self.last_end {
+                // The next record may still be only partly flushed: keep waiting then.
+                let from = if self.records > 0 {
+                    Lsn(self.last_end.0.div_ceil(8) * 8)
+                } else {
+                    self.input.start
+                };
+                let mcx = self.mcx;
+                let opened = unsafe { pgrx::PgMemoryContexts::For(mcx).switch_to(|_| WalReader::try_open(from)) };
+                if let Some(mut r) = opened {
+                    r.with_names = self.input.all_records;
+                    self.reader = Some(r);
+                    self.stopped = None;
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Runs the loop to its end and takes the builder's snapshot once the next record
+    /// would end after `capture_at` (at the end when it is `None` or beyond).
+    ///
+    /// Errors: a broken `.snap` file met on branch b is the server's `data_corrupted`
+    /// ERROR here (the server's decoder would fail there too).
+    pub fn run_capturing(mut self, capture_at: Option<Lsn>) -> Captured {
+        let mut restored_from = None;
+        while let Some(row) = self.next_row_or_raise(capture_at) {
+            restored_from = row.restored_from.or(restored_from);
+        }
+        let captured = CapturePoint {
+            base: self.replay.builder.historic_snapshot(),
+            state: self.replay.builder.state,
+            at: self.last_end,
+            last_record: self.last_record,
+            restored_from,
+        };
+        // The rest of the flushed WAL still shapes the reorder buffer (a transaction's
+        // later NEW_CID records and its fate).
+        if self.stopped.is_none() {
+            while self.next_row_or_raise(None).is_some() {}
+        }
+        Captured {
+            base: captured.base,
+            state: captured.state,
+            at: captured.at,
+            last_record: captured.last_record,
+            restored_from: captured.restored_from,
+            replay: self.replay,
+        }
+    }
+}
+
+struct CapturePoint {
+    base: Result<BuiltSnapshot, SnapBuildState>,
+    state: SnapBuildState,
+    at: Lsn,
+    last_record: Option<Lsn>,
+    restored_from: Option<Lsn>,
+}
+
+/// A replay run over all flushed WAL, with the builder's snapshot taken at one point.
+pub struct Captured {
+    /// The builder's historic snapshot at the capture point (SnapBuildBuildSnapshot's, as
+    /// `builder->snapshot` holds it), or the builder's state when it had none yet.
+    pub base: Result<BuiltSnapshot, SnapBuildState>,
+    /// The builder's state at the capture point.
+    pub state: SnapBuildState,
+    /// The end of the last record fed before the capture (the start LSN when none was).
+    pub at: Lsn,
+    /// The start of that record.
+    pub last_record: Option<Lsn>,
+    /// The last `.snap` file adopted before the capture (branch b or a serialization
+    /// point), if any.
+    pub restored_from: Option<Lsn>,
+    /// The replay after all flushed WAL: the reorder buffer as it ends up.
+    pub replay: Replay,
+}

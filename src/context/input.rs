@@ -1,0 +1,184 @@
+//! What a replay runs over: the slot or LSN range, AllocateSnapshotBuilder's parameters
+//! and the server facts the verdicts compare with. Arguments are validated here, once.
+
+use pgrx::prelude::*;
+use snapbuild_core::replay::TwoPhaseDecoding;
+use snapbuild_core::{BuilderParams, Lsn};
+
+use crate::adapter::slots::{find_slot, SlotCopy};
+use crate::adapter::wal::flush_lsn;
+use crate::adapter::{raise, server_major};
+
+/// What to replay and against which server facts.
+pub struct ReplayInput {
+    pub params: BuilderParams,
+    /// The decoding slot's database (DecodeTXNNeedSkip, logical messages).
+    pub slot_db: u32,
+    /// Where reading starts (the first valid record at or after it).
+    pub start: Lsn,
+    /// Stop after the record ending at or before this LSN (None: end of flushed WAL).
+    pub end: Option<Lsn>,
+    /// The slot, when replaying one (its confirmed_flush is a server verdict).
+    pub slot: Option<SlotCopy>,
+    /// How prepared transactions are decoded (the slot's `two_phase` and plugin).
+    pub two_phase: TwoPhaseDecoding,
+    /// One row per record read, not only the rows the default trace shows.
+    pub all_records: bool,
+    /// Text of the first (`REPLAY START`) row.
+    pub label: String,
+}
+
+/// AllocateSnapshotBuilder's parameters as logical.c derives them from the slot: while
+/// the slot is being created (CreateInitDecodingContext) its catalog_xmin is the
+/// initial xmin horizon and in_slot_creation is set; once created
+/// (CreateDecodingContext) decoding starts at confirmed_flush. `need_full_snapshot`
+/// cannot be read from shared memory and is taken as false (as for the SQL functions).
+pub fn params_for_slot(slot: &SlotCopy) -> BuilderParams {
+    let creating = slot.in_creation();
+    BuilderParams {
+        major: server_major(),
+        initial_xmin_horizon: if creating { slot.catalog_xmin } else { 0 },
+        start_decoding_at: Lsn(if creating { 0 } else { slot.confirmed_flush }),
+        building_full_snapshot: false,
+        in_slot_creation: creating,
+        two_phase_at: Lsn(slot.two_phase_at),
+    }
+}
+
+/// The replay of logical slot `slot_name` from its restart_lsn, as a decoder created for
+/// it now would run (logical.c CreateDecodingContext, or CreateInitDecodingContext while
+/// the slot is still being created).
+///
+/// Errors: `undefined_object` (42704) for no such slot; `object_not_in_prerequisite_state`
+/// (55000) for a physical slot or one without restart_lsn.
+pub fn for_slot(slot_name: &str, all_records: bool) -> ReplayInput {
+    for_slot_copy(find_slot(slot_name), all_records)
+}
+
+/// [`for_slot`] for a slot already copied out of shared memory.
+///
+/// Errors: `object_not_in_prerequisite_state` (55000) for a physical slot or one without
+/// restart_lsn.
+pub fn for_slot_copy(slot: SlotCopy, all_records: bool) -> ReplayInput {
+    if !slot.logical {
+        raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("replication slot \"{}\" is not a logical slot", slot.name),
+        );
+    }
+    if slot.restart_lsn == 0 {
+        raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("replication slot \"{}\" has no restart_lsn", slot.name),
+        );
+    }
+    let params = params_for_slot(&slot);
+    let label = format!(
+        "replaying slot \"{}\" from restart_lsn {} as {} decoding would (PostgreSQL {} rules)",
+        slot.name,
+        Lsn(slot.restart_lsn),
+        if params.in_slot_creation {
+            "slot creation"
+        } else {
+            "restarted"
+        },
+        params.major.0
+    );
+    ReplayInput {
+        slot_db: slot.datoid,
+        start: Lsn(slot.restart_lsn),
+        end: None,
+        params,
+        two_phase: TwoPhaseDecoding::for_slot(slot.two_phase, &slot.plugin),
+        slot: Some(slot),
+        all_records,
+        label,
+    }
+}
+
+/// Checks a WAL range the way pg_walinspect's ValidateInputLSNs does, with this
+/// project's SQLSTATEs, and returns `(start, end)`.
+///
+/// Errors: `null_value_not_allowed` (22004) for a NULL start; `invalid_parameter_value`
+/// (22023) for start 0/0, a start past the end of flushed WAL, or an end before the start.
+pub fn validate_input_lsns(start: Option<u64>, end: Option<u64>) -> (Lsn, Option<Lsn>) {
+    let Some(start) = start else {
+        raise(
+            PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+            "start_lsn must not be NULL",
+        )
+    };
+    if start == 0 {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "start_lsn 0/0 is not a WAL position",
+        );
+    }
+    let flushed = flush_lsn();
+    if start > flushed.0 {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!(
+                "start_lsn {} is past the end of flushed WAL ({flushed})",
+                Lsn(start)
+            ),
+        );
+    }
+    if let Some(end) = end.filter(|e| *e < start) {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("end_lsn {} is before start_lsn {}", Lsn(end), Lsn(start)),
+        );
+    }
+    (Lsn(start), end.map(Lsn))
+}
+
+/// The what-if arguments of `snapbuild_trace_range` (AllocateSnapshotBuilder's
+/// parameters given explicitly; LSNs as raw `XLogRecPtr`, xids as raw 32-bit values).
+pub struct RangeArgs {
+    pub start_lsn: Option<u64>,
+    pub end_lsn: Option<u64>,
+    pub initial_xmin_horizon: Option<u32>,
+    pub in_slot_creation: bool,
+    pub building_full_snapshot: bool,
+    pub start_decoding_at: Option<u64>,
+    pub all_records: bool,
+    pub two_phase: bool,
+}
+
+/// The replay of an LSN range without a slot, decoding for the current database.
+///
+/// Errors: as [`validate_input_lsns`].
+pub fn for_range(a: RangeArgs) -> ReplayInput {
+    let (start, end) = validate_input_lsns(a.start_lsn, a.end_lsn);
+    let params = BuilderParams {
+        major: server_major(),
+        initial_xmin_horizon: a.initial_xmin_horizon.unwrap_or(0),
+        start_decoding_at: Lsn(a.start_decoding_at.unwrap_or(0)),
+        building_full_snapshot: a.building_full_snapshot,
+        in_slot_creation: a.in_slot_creation,
+        // A two-phase slot's two_phase_at is its consistent point (confirmed_flush); while
+        // it is being created the builder has none yet.
+        two_phase_at: Lsn(match (a.two_phase, a.in_slot_creation) {
+            (true, false) => a.start_decoding_at.unwrap_or(0),
+            _ => 0,
+        }),
+    };
+    ReplayInput {
+        slot_db: unsafe { pg_sys::MyDatabaseId.to_u32() },
+        start,
+        end,
+        label: format!(
+            "replaying from {start} with explicit parameters (PostgreSQL {} rules)",
+            params.major.0
+        ),
+        params,
+        slot: None,
+        // The plugin is unknown: no filter_prepare.
+        two_phase: TwoPhaseDecoding {
+            enabled: a.two_phase,
+            filter_gid_containing: None,
+        },
+        all_records: a.all_records,
+    }
+}
