@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 
-use crate::xid::{self, TransactionId, FROZEN_TRANSACTION_ID};
+use crate::include::transam::{self, TransactionId, FROZEN_TRANSACTION_ID};
 
 /// A PostgreSQL `CommandId`.
 pub type CommandId = u32;
@@ -221,7 +221,7 @@ pub struct HistoricSnapshot {
 
 fn sorted(v: &[TransactionId]) -> Vec<TransactionId> {
     let mut v = v.to_vec();
-    v.sort_by(xid::xid_comparator);
+    v.sort_by(transam::xid_comparator);
     v
 }
 
@@ -320,7 +320,7 @@ pub struct TupleCidEnt {
 /// (reorderbuffer.c ReorderBufferAddNewTupleCids).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct TupleCid {
-    pub lsn: crate::lsn::Lsn,
+    pub lsn: crate::include::xlogdefs::Lsn,
     pub key: TupleCidKey,
     pub cmin: CommandId,
     pub cmax: CommandId,
@@ -400,7 +400,7 @@ pub struct MappingFileName {
     pub name: String,
     pub db_oid: u32,
     pub rel_oid: u32,
-    pub lsn: crate::lsn::Lsn,
+    pub lsn: crate::include::xlogdefs::Lsn,
     /// The xid the mappings are for (a tuple's xmin or xmax).
     pub mapped_xid: TransactionId,
     /// The xid of the transaction that rewrote the heap.
@@ -435,7 +435,7 @@ pub fn parse_mapping_file_name(name: &str) -> Option<MappingFileName> {
         name: name.to_owned(),
         db_oid: nums[0],
         rel_oid: nums[1],
-        lsn: crate::lsn::Lsn(((nums[2] as u64) << 32) | nums[3] as u64),
+        lsn: crate::include::xlogdefs::Lsn(((nums[2] as u64) << 32) | nums[3] as u64),
         mapped_xid: nums[4],
         create_xid: nums[5],
     })
@@ -812,7 +812,7 @@ pub fn satisfies_historic_mvcc(
                 }
             }
         }
-    } else if xid::precedes(xmin, snapshot.xmin) {
+    } else if transam::precedes(xmin, snapshot.xmin) {
         if t.xmin_committed() {
             v.xmin_branch = XminBranch::BeforeXminHintCommitted;
             true
@@ -823,7 +823,7 @@ pub fn satisfies_historic_mvcc(
             v.xmin_branch = XminBranch::BeforeXminNotCommitted;
             false
         }
-    } else if xid::follows_or_equals(xmin, snapshot.xmax) {
+    } else if transam::follows_or_equals(xmin, snapshot.xmax) {
         v.xmin_branch = XminBranch::AtOrAfterXmax;
         false
     } else if snapshot.in_xip(xmin) {
@@ -864,7 +864,7 @@ pub fn satisfies_historic_mvcc(
                     }
                 }
             }
-        } else if xid::precedes(xmax, snapshot.xmin) {
+        } else if transam::precedes(xmax, snapshot.xmin) {
             if t.infomask & HEAP_XMAX_COMMITTED != 0 {
                 (false, XmaxBranch::BeforeXminHintCommitted)
             } else if lookups.did_commit(xmax) {
@@ -872,7 +872,7 @@ pub fn satisfies_historic_mvcc(
             } else {
                 (true, XmaxBranch::BeforeXminNotCommitted)
             }
-        } else if xid::follows_or_equals(xmax, snapshot.xmax) {
+        } else if transam::follows_or_equals(xmax, snapshot.xmax) {
             (true, XmaxBranch::AtOrAfterXmax)
         } else if snapshot.in_xip(xmax) {
             (false, XmaxBranch::InXip)
@@ -888,7 +888,7 @@ pub fn satisfies_historic_mvcc(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lsn::Lsn;
+    use crate::include::xlogdefs::Lsn;
     use std::collections::{BTreeMap, BTreeSet};
 
     /// Server lookups from plain tables.

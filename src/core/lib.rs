@@ -8,19 +8,16 @@
 
 pub mod heap_page;
 pub mod historic;
-pub mod lsn;
+pub mod include;
 pub mod ondisk;
 pub mod records;
 pub mod replay;
-pub mod running_xacts;
 pub mod slot;
 pub mod snapbuild;
-pub mod version;
-pub mod xid;
 
-pub use lsn::Lsn;
+pub use include::standbydefs::RunningXacts;
+pub use include::transam::TransactionId;
+pub use include::version::PgMajor;
+pub use include::xlogdefs::Lsn;
 pub use ondisk::{OnDiskError, SnapBuildOnDisk};
-pub use running_xacts::RunningXacts;
 pub use snapbuild::{Branch, BuilderParams, SnapBuild, SnapBuildState};
-pub use version::PgMajor;
-pub use xid::TransactionId;

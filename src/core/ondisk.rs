@@ -24,9 +24,9 @@
 //! Reading follows snapbuild.c SnapBuildRestoreSnapshot step by step, so a broken file
 //! fails with the same defect, in the same order, as on the server.
 
-use crate::lsn::Lsn;
+use crate::include::transam::TransactionId;
+use crate::include::xlogdefs::Lsn;
 use crate::snapbuild::SnapBuildState;
-use crate::xid::TransactionId;
 
 /// `SNAPBUILD_MAGIC`.
 pub const SNAPBUILD_MAGIC: u32 = 0x51A1_E001;

@@ -131,7 +131,7 @@ pub const SIZE_OF_HEAP_NEW_CID: usize = 34;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct NewCid {
     /// The top-level xid (the tuple-cid list lives there).
-    pub top_xid: crate::xid::TransactionId,
+    pub top_xid: crate::include::transam::TransactionId,
     pub cmin: crate::historic::CommandId,
     pub cmax: crate::historic::CommandId,
     pub combocid: crate::historic::CommandId,

@@ -3,15 +3,15 @@
 //! [`TraceRow`]. Also compares a predicted `.snap` with one the server wrote.
 
 use crate::historic::{HistoricSnapshot, TupleCid};
-use crate::lsn::Lsn;
+use crate::include::standbydefs::RunningXacts;
+use crate::include::transam::{self, TransactionId};
+use crate::include::xlogdefs::Lsn;
 use crate::ondisk::{OnDiskError, SnapBuildOnDisk};
 use crate::records::{NewCid, RecordKind, RM_XACT_ID};
-use crate::running_xacts::RunningXacts;
 use crate::snapbuild::{
     Branch, BuilderParams, BuiltSnapshot, CommitVerdict, DecodeVerdict, DecodingTxn, RestoreResult,
     SerializeContext, SnapBuild, SnapBuildState, Step,
 };
-use crate::xid::{self, TransactionId};
 
 /// The header facts of one WAL record the replay needs.
 #[derive(Clone, Debug)]
@@ -241,7 +241,7 @@ impl Replay {
                 .name
                 .clone()
                 .unwrap_or_else(|| head.kind.name().to_owned()),
-            xid: xid::is_valid(head.xid).then_some(head.xid),
+            xid: transam::is_valid(head.xid).then_some(head.xid),
             branch: None,
             state_before: before,
             state: b.state,
@@ -294,7 +294,7 @@ impl Replay {
     ) -> Result<TraceRow, ReplayError> {
         let before = self.builder.state;
         let fp = fingerprint(&self.builder);
-        if xid::is_valid(head.top_xid) {
+        if transam::is_valid(head.top_xid) {
             self.builder
                 .reorder
                 .assign_child(head.top_xid, head.xid, head.lsn);
@@ -523,7 +523,7 @@ impl Replay {
     ) -> Result<HistoricView, SnapBuildState> {
         let base = self.builder.historic_snapshot()?;
         let d = xid
-            .filter(|x| xid::is_valid(*x))
+            .filter(|x| transam::is_valid(*x))
             .map(|x| self.builder.reorder.decoding_txn(x));
         Ok(historic_view(base, d, Lsn(u64::MAX)))
     }
@@ -657,7 +657,7 @@ pub fn bytes_with_writer_fields(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::version::PgMajor;
+    use crate::include::version::PgMajor;
 
     fn params(major: u32, in_slot_creation: bool, two_phase_at: u64) -> BuilderParams {
         BuilderParams {

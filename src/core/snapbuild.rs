@@ -9,11 +9,11 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::historic::{CommandId, HistoricSnapshot, TupleCid};
-use crate::lsn::{snap_file_name, Lsn, INVALID_LSN};
+use crate::include::standbydefs::RunningXacts;
+use crate::include::transam::{self, TransactionId, INVALID_TRANSACTION_ID};
+use crate::include::version::PgMajor;
+use crate::include::xlogdefs::{snap_file_name, Lsn, INVALID_LSN};
 use crate::ondisk::{OnDiskBuilder, OnDiskError, SnapBuildOnDisk, SNAPBUILD_MAGIC};
-use crate::running_xacts::RunningXacts;
-use crate::version::PgMajor;
-use crate::xid::{self, TransactionId, INVALID_TRANSACTION_ID};
 
 /// snapbuild.h `SnapBuildState`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -284,7 +284,7 @@ impl ReorderModel {
     /// (created with the current restart point; records arrive in LSN order, so a
     /// first-seen counter stands for `first_lsn`).
     pub fn process_xid(&mut self, xid: TransactionId, _lsn: Lsn) {
-        if xid::is_valid(xid) && !self.txns.contains_key(&xid) {
+        if transam::is_valid(xid) && !self.txns.contains_key(&xid) {
             let seq = self.next_seq;
             self.next_seq += 1;
             let t = Txn {
@@ -301,7 +301,7 @@ impl ReorderModel {
     /// ReorderBufferTransferSnapToParent).
     pub fn assign_child(&mut self, top: TransactionId, sub: TransactionId, lsn: Lsn) {
         self.process_xid(top, lsn);
-        if !xid::is_valid(sub) || sub == top {
+        if !transam::is_valid(sub) || sub == top {
             return;
         }
         match self.txns.get(&sub).map(|t| t.top) {
@@ -446,7 +446,7 @@ impl ReorderModel {
     /// Re-runs reorderbuffer.c ReorderBufferAddNewTupleCids: append a NEW_CID mapping to
     /// the list of top-level transaction `top` (created if unknown).
     pub fn add_new_tuple_cids(&mut self, top: TransactionId, lsn: Lsn, c: TupleCid) {
-        if !xid::is_valid(top) {
+        if !transam::is_valid(top) {
             return;
         }
         self.process_xid(top, lsn);
@@ -458,7 +458,7 @@ impl ReorderModel {
     /// Re-runs reorderbuffer.c ReorderBufferAddNewCommandId: queue command id `cid` for
     /// `xid` (its own queue, merged into the top level's at replay).
     pub fn add_new_command_id(&mut self, x: TransactionId, lsn: Lsn, cid: CommandId) {
-        if !xid::is_valid(x) {
+        if !transam::is_valid(x) {
             return;
         }
         self.process_xid(x, lsn);
@@ -554,7 +554,7 @@ impl ReorderModel {
     /// than `oldest_running_xid`, in first-LSN order, stopping at the first that is not.
     pub fn abort_old(&mut self, oldest_running_xid: TransactionId, lsn: Lsn) {
         while let Some((_, &first)) = self.toplevel.first_key_value() {
-            if xid::precedes(first, oldest_running_xid) {
+            if transam::precedes(first, oldest_running_xid) {
                 self.remember_finished(first, &[], TxnStatus::ForgottenAsOld(lsn));
                 self.cleanup(first);
             } else {
@@ -572,7 +572,7 @@ impl ReorderModel {
             .filter(|(_, t)| t.catalog_changes)
             .map(|(x, _)| *x)
             .collect();
-        v.sort_by(xid::xid_comparator);
+        v.sort_by(transam::xid_comparator);
         v
     }
 
@@ -631,7 +631,7 @@ pub enum DecodeVerdict {
     /// ReorderBufferFinishPrepared sends COMMIT PREPARED. (A transaction without changes
     /// gets it only on 14, see [`PgMajor::finishes_prepared_without_changes`].)
     ///
-    /// [`PgMajor::finishes_prepared_without_changes`]: crate::version::PgMajor::finishes_prepared_without_changes
+    /// [`PgMajor::finishes_prepared_without_changes`]: crate::include::version::PgMajor::finishes_prepared_without_changes
     CommitPrepared,
     /// Two-phase decoding, COMMIT PREPARED of a transaction prepared before `two_phase_at`:
     /// ReorderBufferFinishPrepared replays it as a prepared transaction first
@@ -827,7 +827,7 @@ impl SnapBuild {
             .top_xids()
             .iter()
             .copied()
-            .filter(|x| !xid::follows(*x, cutoff))
+            .filter(|x| !transam::follows(*x, cutoff))
             .collect()
     }
 
@@ -917,8 +917,8 @@ impl SnapBuild {
     ) -> Result<(Step, bool), (Step, OnDiskError)> {
         let before = self.state;
         // Pre-filter: the record is older than the xmin horizon we can rely on.
-        if xid::is_normal(self.initial_xmin_horizon)
-            && xid::normal_precedes(running.oldest_running_xid, self.initial_xmin_horizon)
+        if transam::is_normal(self.initial_xmin_horizon)
+            && transam::normal_precedes(running.oldest_running_xid, self.initial_xmin_horizon)
         {
             let mut s = self.step(Branch::XminHorizonTooLow, before);
             s.message = Some(msg(
@@ -962,7 +962,7 @@ impl SnapBuild {
                 Ok(true) => {
                     if self.major.remembers_initial_running_xacts() {
                         let mut v = running.xids.clone();
-                        v.sort_by(xid::xid_comparator);
+                        v.sort_by(transam::xid_comparator);
                         self.initial_running_xacts = v;
                     }
                     let mut s = self.step(Branch::B, before);
@@ -996,7 +996,7 @@ impl SnapBuild {
             s.wait_xids = Self::wait_snapshot_xids(running, running.next_xid);
             Ok((s, true))
         } else if self.state == SnapBuildState::BuildingSnapshot
-            && xid::precedes_or_equals(self.next_phase_at, running.oldest_running_xid)
+            && transam::precedes_or_equals(self.next_phase_at, running.oldest_running_xid)
         {
             // c) BUILDING_SNAPSHOT -> FULL_SNAPSHOT
             self.state = SnapBuildState::FullSnapshot;
@@ -1013,7 +1013,7 @@ impl SnapBuild {
             s.wait_xids = Self::wait_snapshot_xids(running, running.next_xid);
             Ok((s, true))
         } else if self.state == SnapBuildState::FullSnapshot
-            && xid::precedes_or_equals(self.next_phase_at, running.oldest_running_xid)
+            && transam::precedes_or_equals(self.next_phase_at, running.oldest_running_xid)
         {
             // c) FULL_SNAPSHOT -> CONSISTENT
             self.state = SnapBuildState::Consistent;
@@ -1047,7 +1047,7 @@ impl SnapBuild {
         if b.state < SnapBuildState::Consistent.raw() {
             return Ok(false);
         }
-        if xid::precedes(b.xmin, self.initial_xmin_horizon) {
+        if transam::precedes(b.xmin, self.initial_xmin_horizon) {
             return Ok(false);
         }
         self.next_phase_at = INVALID_TRANSACTION_ID;
@@ -1148,23 +1148,23 @@ impl SnapBuild {
     /// Re-runs snapbuild.c SnapBuildPurgeOlderTxn: forget committed xids older than
     /// xmin (and catchange / initial running xids older than xmin).
     pub fn purge_older_txn(&mut self) {
-        if !xid::is_normal(self.xmin) {
+        if !transam::is_normal(self.xmin) {
             return;
         }
         let xmin = self.xmin;
         self.committed_xip
-            .retain(|x| !xid::normal_precedes(*x, xmin));
+            .retain(|x| !transam::normal_precedes(*x, xmin));
         if !self.catchange_xip.is_empty() {
             let off = self
                 .catchange_xip
                 .iter()
-                .position(|x| xid::follows_or_equals(*x, xmin))
+                .position(|x| transam::follows_or_equals(*x, xmin))
                 .unwrap_or(self.catchange_xip.len());
             self.catchange_xip.drain(..off);
         }
         if !self.initial_running_xacts.is_empty() {
             self.initial_running_xacts
-                .retain(|x| !xid::normal_precedes(*x, xmin));
+                .retain(|x| !transam::normal_precedes(*x, xmin));
         }
     }
 
@@ -1368,7 +1368,7 @@ impl SnapBuild {
         let mut xmax = x;
         if self.state == SnapBuildState::Start
             || (self.state == SnapBuildState::BuildingSnapshot
-                && xid::precedes(x, self.next_phase_at))
+                && transam::precedes(x, self.next_phase_at))
         {
             if self.start_decoding_at <= lsn {
                 self.start_decoding_at = Lsn(lsn.0 + 1);
@@ -1388,12 +1388,12 @@ impl SnapBuild {
                 sub_needs_timetravel = true;
                 needs_snapshot = true;
                 self.add_committed_txn(sub);
-                if xid::normal_follows(sub, xmax) {
+                if transam::normal_follows(sub, xmax) {
                     xmax = sub;
                 }
             } else if needs_timetravel {
                 self.add_committed_txn(sub);
-                if xid::normal_follows(sub, xmax) {
+                if transam::normal_follows(sub, xmax) {
                     xmax = sub;
                 }
             }
@@ -1416,8 +1416,8 @@ impl SnapBuild {
             return CommitVerdict::NotCatalogChanging;
         }
         let mut xmax_advanced = false;
-        if !xid::is_valid(self.xmax) || xid::follows_or_equals(xmax, self.xmax) {
-            self.xmax = xid::advance(xmax);
+        if !transam::is_valid(self.xmax) || transam::follows_or_equals(xmax, self.xmax) {
+            self.xmax = transam::advance(xmax);
             xmax_advanced = true;
         }
         if needs_snapshot && self.state >= SnapBuildState::FullSnapshot {
@@ -1458,7 +1458,7 @@ impl SnapBuild {
     /// decode.c: HEAP2 NEW_CID (SnapBuildProcessNewCid) and XACT INVALIDATIONS mark
     /// `xid` catalog-modifying — only once the builder is at least FULL_SNAPSHOT.
     pub fn mark_catalog_changes(&mut self, x: TransactionId, lsn: Lsn) {
-        if self.state < SnapBuildState::FullSnapshot || !xid::is_valid(x) {
+        if self.state < SnapBuildState::FullSnapshot || !transam::is_valid(x) {
             return;
         }
         self.reorder.set_catalog_changes(x, lsn);
@@ -1470,7 +1470,7 @@ impl SnapBuild {
         if self.state < SnapBuildState::FullSnapshot {
             return false;
         }
-        if self.state < SnapBuildState::Consistent && xid::precedes(x, self.next_phase_at) {
+        if self.state < SnapBuildState::Consistent && transam::precedes(x, self.next_phase_at) {
             return false;
         }
         if !self.reorder.has_base_snapshot(x) {

@@ -2,10 +2,10 @@
 //! keeps the invariants snapbuild.c relies on. Deterministic (fixed seeds), so a failure
 //! prints the seed that reproduces it.
 
-use snapbuild_core::lsn::Lsn;
+use snapbuild_core::include::transam;
+use snapbuild_core::include::xlogdefs::Lsn;
 use snapbuild_core::ondisk::SnapBuildOnDisk;
 use snapbuild_core::snapbuild::{RestoreResult, SnapBuild, SnapBuildState};
-use snapbuild_core::xid;
 use snapbuild_core::{BuilderParams, PgMajor, RunningXacts};
 
 /// xorshift64*: small, deterministic, good enough to spread inputs.
@@ -98,10 +98,10 @@ fn state_machine_invariants_on_random_histories() {
             running.retain(|_| r.below(3) != 0);
             for _ in 0..r.below(3) {
                 running.push(next);
-                next = xid::advance(next);
+                next = transam::advance(next);
             }
             let oldest = running.iter().copied().min_by(|a, b| {
-                if xid::precedes(*a, *b) {
+                if transam::precedes(*a, *b) {
                     std::cmp::Ordering::Less
                 } else {
                     std::cmp::Ordering::Greater
@@ -125,7 +125,7 @@ fn state_machine_invariants_on_random_histories() {
                     assert_eq!(b.state, SnapBuildState::BuildingSnapshot);
                     phase_target = Some(next);
                 } else if let Some(t) = phase_target {
-                    let reached = xid::precedes_or_equals(t, oldest);
+                    let reached = transam::precedes_or_equals(t, oldest);
                     assert_eq!(
                         b.state > before,
                         reached,
