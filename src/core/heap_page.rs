@@ -2,7 +2,7 @@
 //! storage/itemid.h), read with bounds checks so that nothing outside the page is
 //! touched, and the tuple headers the line pointers lead to.
 
-use crate::historic::{TupleHeader, SIZEOF_HEAP_TUPLE_HEADER};
+use crate::include::htup_details::{TupleHeader, SIZEOF_HEAP_TUPLE_HEADER};
 
 /// `SizeOfPageHeaderData`.
 pub const SIZE_OF_PAGE_HEADER_DATA: usize = 24;

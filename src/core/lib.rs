@@ -6,12 +6,13 @@
 //! tuples (`HeapTupleSatisfiesHistoricMVCC`). No FFI and no server: every input is bytes or plain
 //! values handed in by an adapter, so it is unit-tested and fuzzed on its own.
 
+pub mod access;
 pub mod heap_page;
-pub mod historic;
 pub mod include;
 pub mod ondisk;
 pub mod records;
 pub mod replay;
+pub mod replication;
 pub mod slot;
 pub mod snapbuild;
 

@@ -132,11 +132,11 @@ pub const SIZE_OF_HEAP_NEW_CID: usize = 34;
 pub struct NewCid {
     /// The top-level xid (the tuple-cid list lives there).
     pub top_xid: crate::include::transam::TransactionId,
-    pub cmin: crate::historic::CommandId,
-    pub cmax: crate::historic::CommandId,
-    pub combocid: crate::historic::CommandId,
+    pub cmin: crate::include::snapshot::CommandId,
+    pub cmax: crate::include::snapshot::CommandId,
+    pub combocid: crate::include::snapshot::CommandId,
     /// `target_locator` and `target_tid`.
-    pub target: crate::historic::TupleCidKey,
+    pub target: crate::include::reorderbuffer::TupleCidKey,
 }
 
 impl NewCid {
@@ -156,8 +156,8 @@ impl NewCid {
             cmin: u32_at(4),
             cmax: u32_at(8),
             combocid: u32_at(12),
-            target: crate::historic::TupleCidKey {
-                locator: crate::historic::RelFileLocator {
+            target: crate::include::reorderbuffer::TupleCidKey {
+                locator: crate::include::relfilelocator::RelFileLocator {
                     spc_oid: u32_at(16),
                     db_oid: u32_at(20),
                     rel_number: u32_at(24),
@@ -171,8 +171,8 @@ impl NewCid {
     /// The command id snapbuild.c SnapBuildProcessNewCid derives from the record (the
     /// larger of cmin and cmax, whichever are valid); `None` when neither is (the server
     /// raises an ERROR there).
-    pub fn command_id(&self) -> Option<crate::historic::CommandId> {
-        use crate::historic::INVALID_COMMAND_ID as INV;
+    pub fn command_id(&self) -> Option<crate::include::snapshot::CommandId> {
+        use crate::include::snapshot::INVALID_COMMAND_ID as INV;
         match (self.cmin != INV, self.cmax != INV) {
             (true, true) => Some(self.cmin.max(self.cmax)),
             (false, true) => Some(self.cmax),

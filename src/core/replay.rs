@@ -2,7 +2,8 @@
 //! LogicalDecodingProcessRecord dispatches them, and turns each interesting step into a
 //! [`TraceRow`]. Also compares a predicted `.snap` with one the server wrote.
 
-use crate::historic::{HistoricSnapshot, TupleCid};
+use crate::include::reorderbuffer::TupleCid;
+use crate::include::snapshot::HistoricSnapshot;
 use crate::include::standbydefs::RunningXacts;
 use crate::include::transam::{self, TransactionId};
 use crate::include::xlogdefs::Lsn;
@@ -907,7 +908,9 @@ mod tests {
     /// command ids), the tuple-cid list, and what is kept once it commits.
     #[test]
     fn new_cid_records_give_the_historic_view() {
-        use crate::historic::{RelFileLocator, TupleCidKey, INVALID_COMMAND_ID};
+        use crate::include::relfilelocator::RelFileLocator;
+        use crate::include::reorderbuffer::TupleCidKey;
+        use crate::include::snapshot::INVALID_COMMAND_ID;
         use crate::snapbuild::{SnapshotOrigin, TxnStatus};
         let p = params(18, false, 0);
         let mut r = Replay::new(&p, 5);

@@ -8,7 +8,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::historic::{CommandId, HistoricSnapshot, TupleCid};
+use crate::include::reorderbuffer::TupleCid;
+use crate::include::snapshot::{CommandId, HistoricSnapshot};
 use crate::include::standbydefs::RunningXacts;
 use crate::include::transam::{self, TransactionId, INVALID_TRANSACTION_ID};
 use crate::include::version::PgMajor;

@@ -6,6 +6,11 @@
 //! logic modules (`replication`, `access`, `storage`, `compare`); the crate's
 //! `tests/layering.rs` checks that.
 
+pub mod htup_details;
+pub mod relfilelocator;
+pub mod reorderbuffer;
+pub mod server_lookups;
+pub mod snapshot;
 pub mod standbydefs;
 pub mod transam;
 pub mod version;

@@ -1,0 +1,3 @@
+//! Logical decoding: PostgreSQL's src/backend/replication/logical/.
+
+pub mod reorderbuffer;
