@@ -10,8 +10,6 @@ pub mod access;
 pub mod heap_page;
 pub mod include;
 pub mod ondisk;
-pub mod records;
-pub mod replay;
 pub mod replication;
 pub mod slot;
 pub mod snapbuild;

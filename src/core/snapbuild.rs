@@ -1489,7 +1489,12 @@ impl SnapBuild {
     /// once the builder is at least FULL_SNAPSHOT): the record's xid gets catalog changes,
     /// its top-level transaction the tuple mapping, and the record's xid the next command
     /// id (one past the larger valid of cmin and cmax).
-    pub fn process_new_cid(&mut self, x: TransactionId, lsn: Lsn, rec: &crate::records::NewCid) {
+    pub fn process_new_cid(
+        &mut self,
+        x: TransactionId,
+        lsn: Lsn,
+        rec: &crate::include::heapam_xlog::NewCid,
+    ) {
         if self.state < SnapBuildState::FullSnapshot {
             return;
         }

@@ -2,7 +2,7 @@
 //! restart_lsn and candidates will stand after one more `pg_logical_slot_get_changes`.
 
 use pgrx::prelude::*;
-use snapbuild_core::replay::{Replay, TwoPhaseDecoding};
+use snapbuild_core::replication::decode::{Replay, TwoPhaseDecoding};
 use snapbuild_core::slot::SlotModel;
 use snapbuild_core::snapbuild::RestoreResult;
 use snapbuild_core::Lsn;

@@ -2,7 +2,7 @@
 //! snapshot builder over real WAL and put the server's verdict beside each step.
 
 use pgrx::prelude::*;
-use snapbuild_core::replay::{
+use snapbuild_core::replication::decode::{
     bytes_with_writer_fields, compare_with_server, Replay, TraceRow, TwoPhaseDecoding,
 };
 use snapbuild_core::snapbuild::{BuiltSnapshot, CommitVerdict, RestoreResult};

@@ -6,12 +6,16 @@
 //! logic modules (`replication`, `access`, `storage`, `compare`); the crate's
 //! `tests/layering.rs` checks that.
 
+pub mod heapam_xlog;
 pub mod htup_details;
 pub mod relfilelocator;
 pub mod reorderbuffer;
+pub mod rmgrlist;
 pub mod server_lookups;
 pub mod snapshot;
 pub mod standbydefs;
 pub mod transam;
 pub mod version;
+pub mod xact;
 pub mod xlogdefs;
+pub mod xlogrecord;

@@ -1,3 +1,4 @@
 //! Logical decoding: PostgreSQL's src/backend/replication/logical/.
 
+pub mod decode;
 pub mod reorderbuffer;

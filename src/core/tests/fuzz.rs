@@ -159,8 +159,10 @@ fn state_machine_invariants_on_random_histories() {
 /// some history must show that on 14.
 #[test]
 fn two_phase_protocol_on_random_histories() {
-    use snapbuild_core::records::{RecordKind, RM_HEAP_ID, RM_STANDBY_ID, RM_XACT_ID};
-    use snapbuild_core::replay::{Payload, RecordHead, Replay, TwoPhaseDecoding};
+    use snapbuild_core::include::rmgrlist::{RM_HEAP_ID, RM_STANDBY_ID, RM_XACT_ID};
+    use snapbuild_core::replication::decode::{
+        Payload, RecordHead, RecordKind, Replay, TwoPhaseDecoding,
+    };
     use std::collections::{BTreeMap, BTreeSet};
     for major in [14u32, 15, 18] {
         let mut violations_14 = 0;
