@@ -9,14 +9,13 @@
 pub mod access;
 pub mod heap_page;
 pub mod include;
-pub mod ondisk;
 pub mod replication;
 pub mod slot;
-pub mod snapbuild;
 
+pub use include::snapbuild::SnapBuildState;
 pub use include::standbydefs::RunningXacts;
 pub use include::transam::TransactionId;
 pub use include::version::PgMajor;
 pub use include::xlogdefs::Lsn;
-pub use ondisk::{OnDiskError, SnapBuildOnDisk};
-pub use snapbuild::{Branch, BuilderParams, SnapBuild, SnapBuildState};
+pub use replication::snapbuild::{Branch, BuilderParams, SnapBuild};
+pub use replication::snapbuild_ondisk::{OnDiskError, SnapBuildOnDisk};

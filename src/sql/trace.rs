@@ -5,7 +5,8 @@ use pgrx::prelude::*;
 use snapbuild_core::replication::decode::{
     bytes_with_writer_fields, compare_with_server, Replay, TraceRow, TwoPhaseDecoding,
 };
-use snapbuild_core::snapbuild::{BuiltSnapshot, CommitVerdict, RestoreResult};
+use snapbuild_core::include::snapbuild::BuiltSnapshot;
+use snapbuild_core::replication::snapbuild::{CommitVerdict, RestoreResult};
 use snapbuild_core::{BuilderParams, Lsn, SnapBuildState};
 
 use crate::adapter::slots::{find_slot, SlotCopy};

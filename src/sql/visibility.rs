@@ -12,7 +12,7 @@ use snapbuild_core::include::server_lookups::{LookupError, ServerLookups};
 use snapbuild_core::include::snapshot::{HistoricSnapshot, INVALID_COMMAND_ID};
 use snapbuild_core::replication::reorderbuffer::{CidResolver, TupleCidHash};
 use snapbuild_core::replication::decode::{historic_view, HistoricView};
-use snapbuild_core::snapbuild::SnapshotOrigin;
+use snapbuild_core::include::snapbuild::SnapshotOrigin;
 use snapbuild_core::{Lsn, SnapBuildState};
 
 use crate::adapter::heap::{judge_relation, Server};

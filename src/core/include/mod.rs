@@ -12,6 +12,7 @@ pub mod relfilelocator;
 pub mod reorderbuffer;
 pub mod rmgrlist;
 pub mod server_lookups;
+pub mod snapbuild;
 pub mod snapshot;
 pub mod standbydefs;
 pub mod transam;

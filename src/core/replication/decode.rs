@@ -7,17 +7,18 @@ use crate::include::reorderbuffer::TupleCid;
 use crate::include::rmgrlist::{
     RM_HEAP2_ID, RM_HEAP_ID, RM_LOGICALMSG_ID, RM_STANDBY_ID, RM_XACT_ID, RM_XLOG_ID,
 };
+use crate::include::snapbuild::{BuiltSnapshot, SnapBuildState};
 use crate::include::snapshot::HistoricSnapshot;
 use crate::include::standbydefs::RunningXacts;
 use crate::include::transam::{self, TransactionId};
 use crate::include::xact::XLOG_XACT_OPMASK;
-use crate::include::xlogdefs::Lsn;
+use crate::include::xlogdefs::{Lsn, INVALID_LSN};
 use crate::include::xlogrecord::XLR_INFO_MASK;
-use crate::ondisk::{OnDiskError, SnapBuildOnDisk};
-use crate::snapbuild::{
-    Branch, BuilderParams, BuiltSnapshot, CommitVerdict, DecodeVerdict, DecodingTxn, RestoreResult,
-    SerializeContext, SnapBuild, SnapBuildState, Step,
+use crate::replication::reorderbuffer::{DecodingTxn, TxnStatus};
+use crate::replication::snapbuild::{
+    Branch, BuilderParams, CommitVerdict, RestoreResult, SerializeContext, SnapBuild, Step,
 };
+use crate::replication::snapbuild_ondisk::{OnDiskError, SnapBuildOnDisk};
 
 /// The records decode.c passes on to snapbuild.c or the reorder-buffer bookkeeping it
 /// depends on.
@@ -566,6 +567,270 @@ impl Replay {
     }
 }
 
+/// What decode.c did with a commit, an abort or a PREPARE of a prepared transaction, and
+/// so which output plugin callbacks ran ([`DecodeVerdict::sends`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum DecodeVerdict {
+    /// xact_decode bails out before FULL_SNAPSHOT.
+    NotSeenBeforeFull,
+    /// DecodeTXNNeedSkip: the record lies before start_decoding_at.
+    SkippedBeforeStartDecodingAt,
+    /// DecodeTXNNeedSkip: the transaction belongs to another database.
+    SkippedOtherDatabase,
+    /// ReorderBufferCommit / ReorderBufferRememberPrepareInfo /
+    /// ReorderBufferFinishPrepared: the reorder buffer never saw the transaction.
+    UnknownTransaction,
+    /// ReorderBufferReplay: no base snapshot, no change decoded — nothing to send.
+    NoChanges,
+    /// Sent to the output plugin (BEGIN … COMMIT).
+    Decoded,
+    /// Two-phase decoding, PREPARE: the plugin's filter_prepare callback filtered the gid;
+    /// the transaction is sent as a plain one at COMMIT PREPARED.
+    PrepareFiltered,
+    /// Two-phase decoding, PREPARE before the builder is CONSISTENT
+    /// (ReorderBufferSkipPrepare): sent whole at COMMIT PREPARED if that comes after
+    /// `two_phase_at`.
+    PrepareSkippedNotConsistent,
+    /// Two-phase decoding, PREPARE replayed: BEGIN PREPARE … PREPARE TRANSACTION.
+    Prepared,
+    /// Two-phase decoding, COMMIT PREPARED of a transaction whose PREPARE was decoded:
+    /// ReorderBufferFinishPrepared sends COMMIT PREPARED. (A transaction without changes
+    /// gets it only on 14, see [`PgMajor::finishes_prepared_without_changes`].)
+    ///
+    /// [`PgMajor::finishes_prepared_without_changes`]: crate::include::version::PgMajor::finishes_prepared_without_changes
+    CommitPrepared,
+    /// Two-phase decoding, COMMIT PREPARED of a transaction prepared before `two_phase_at`:
+    /// ReorderBufferFinishPrepared replays it as a prepared transaction first
+    /// (BEGIN PREPARE … PREPARE TRANSACTION), then sends COMMIT PREPARED.
+    PreparedAndCommitPrepared,
+    /// Two-phase decoding, ROLLBACK PREPARED of a known transaction.
+    RollbackPrepared,
+}
+
+impl DecodeVerdict {
+    /// Short text for the SQL `verdict` column.
+    pub fn label(self) -> &'static str {
+        match self {
+            DecodeVerdict::NotSeenBeforeFull => "skipped: before FULL_SNAPSHOT",
+            DecodeVerdict::SkippedBeforeStartDecodingAt => "skipped: before start_decoding_at",
+            DecodeVerdict::SkippedOtherDatabase => "skipped: other database",
+            DecodeVerdict::UnknownTransaction => "skipped: unknown transaction",
+            DecodeVerdict::NoChanges => "skipped: no decoded changes",
+            DecodeVerdict::Decoded => "decoded",
+            DecodeVerdict::PrepareFiltered => "prepare filtered: decoded at COMMIT PREPARED",
+            DecodeVerdict::PrepareSkippedNotConsistent => "prepare skipped: not yet consistent",
+            DecodeVerdict::Prepared => "prepared",
+            DecodeVerdict::CommitPrepared => "commit prepared",
+            DecodeVerdict::PreparedAndCommitPrepared => "prepared and commit prepared",
+            DecodeVerdict::RollbackPrepared => "rollback prepared",
+        }
+    }
+
+    /// The transaction-ending callbacks of the output plugin this record ran, in order:
+    /// `commit`, `prepare`, `commit_prepared`, `rollback_prepared` (the names of
+    /// OutputPluginCallbacks' `*_cb` members without `_cb`).
+    pub fn sends(self) -> &'static [&'static str] {
+        match self {
+            DecodeVerdict::Decoded => &["commit"],
+            DecodeVerdict::Prepared => &["prepare"],
+            DecodeVerdict::CommitPrepared => &["commit_prepared"],
+            DecodeVerdict::PreparedAndCommitPrepared => &["prepare", "commit_prepared"],
+            DecodeVerdict::RollbackPrepared => &["rollback_prepared"],
+            _ => &[],
+        }
+    }
+
+    /// Whether the output plugin was called for the transaction at this record.
+    pub fn decoded(self) -> bool {
+        !self.sends().is_empty()
+    }
+}
+
+/// decode.c's transaction-ending paths (xact_decode's COMMIT, PREPARE, ABORT cases), as
+/// methods of the builder they drive: decode.c reaches the builder and the reorder buffer
+/// through the decoding context, here through the builder and its `reorder`.
+impl SnapBuild {
+    /// decode.c xact_decode + DecodeCommit + snapbuild.c SnapBuildCommitTxn for a commit
+    /// (record at `lsn`) of `xid` with `subxacts`; `has_invals` is
+    /// `XACT_XINFO_HAS_INVALS`; `db_id` the commit's database (0 if the record has none)
+    /// and `slot_db` the decoding slot's. A COMMIT PREPARED a two-phase decoder did not
+    /// filter goes through [`SnapBuild::decode_commit`] with `two_phase` instead.
+    pub fn commit(
+        &mut self,
+        lsn: Lsn,
+        x: TransactionId,
+        subxacts: &[TransactionId],
+        has_invals: bool,
+        db_id: u32,
+        slot_db: u32,
+    ) -> (CommitVerdict, DecodeVerdict) {
+        self.decode_commit(lsn, x, subxacts, has_invals, db_id, slot_db, false)
+    }
+
+    /// DecodeTXNNeedSkip for a transaction-ending record at `lsn`.
+    fn decode_txn_need_skip(&self, lsn: Lsn, db_id: u32, slot_db: u32) -> Option<DecodeVerdict> {
+        if lsn < self.start_decoding_at {
+            Some(DecodeVerdict::SkippedBeforeStartDecodingAt)
+        } else if db_id != 0 && db_id != slot_db {
+            Some(DecodeVerdict::SkippedOtherDatabase)
+        } else {
+            None
+        }
+    }
+
+    /// decode.c DecodeCommit: SnapBuildCommitTxn, DecodeTXNNeedSkip, then
+    /// ReorderBufferCommit, or with `two_phase` (COMMIT PREPARED, two-phase decoding on, gid
+    /// not filtered) reorderbuffer.c ReorderBufferFinishPrepared against the builder's
+    /// `two_phase_at`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn decode_commit(
+        &mut self,
+        lsn: Lsn,
+        x: TransactionId,
+        subxacts: &[TransactionId],
+        has_invals: bool,
+        db_id: u32,
+        slot_db: u32,
+        two_phase: bool,
+    ) -> (CommitVerdict, DecodeVerdict) {
+        if self.state < SnapBuildState::FullSnapshot {
+            // xact_decode bails out before the builder sees it; the transaction stays in
+            // the reorder buffer until ReorderBufferAbortOld.
+            return (
+                CommitVerdict::NotSeenBeforeFull,
+                DecodeVerdict::NotSeenBeforeFull,
+            );
+        }
+        let v = self.commit_txn(lsn, x, subxacts, has_invals);
+        // DecodeTXNNeedSkip, then ReorderBufferCommitChild and ReorderBufferCommit /
+        // ReorderBufferFinishPrepared.
+        let d = if let Some(skip) = self.decode_txn_need_skip(lsn, db_id, slot_db) {
+            skip
+        } else {
+            for s in subxacts {
+                if self.reorder.knows(*s) {
+                    self.reorder.assign_child(x, *s, lsn);
+                }
+            }
+            if !self.reorder.knows(x) {
+                DecodeVerdict::UnknownTransaction
+            } else if two_phase {
+                if !self.reorder.has_base_snapshot(x) {
+                    // Nothing was (or is now) replayed for it.
+                    if self.major.finishes_prepared_without_changes() {
+                        DecodeVerdict::CommitPrepared
+                    } else {
+                        DecodeVerdict::NoChanges
+                    }
+                } else if self.reorder.prepare_lsn(x) < self.two_phase_at {
+                    // Prepared before two_phase_at (or its PREPARE never read by a
+                    // two-phase decoder): replayed now as a prepared transaction.
+                    DecodeVerdict::PreparedAndCommitPrepared
+                } else {
+                    DecodeVerdict::CommitPrepared
+                }
+            } else if !self.reorder.has_base_snapshot(x) {
+                DecodeVerdict::NoChanges
+            } else {
+                DecodeVerdict::Decoded
+            }
+        };
+        self.reorder
+            .remember_finished(x, subxacts, TxnStatus::Committed(lsn));
+        for s in subxacts {
+            self.reorder.cleanup(*s);
+        }
+        self.reorder.cleanup(x);
+        (v, d)
+    }
+
+    /// decode.c DecodePrepare for the PREPARE (record at `lsn`) of `x` with `subxacts`,
+    /// when two-phase decoding is on and the gid is not filtered (FilterPrepare false):
+    /// ReorderBufferRememberPrepareInfo, then skipped before CONSISTENT or by
+    /// DecodeTXNNeedSkip (ReorderBufferSkipPrepare), else ReorderBufferPrepare. `None`
+    /// before FULL_SNAPSHOT (xact_decode bails out).
+    pub fn decode_prepare(
+        &mut self,
+        lsn: Lsn,
+        x: TransactionId,
+        subxacts: &[TransactionId],
+        db_id: u32,
+        slot_db: u32,
+    ) -> Option<DecodeVerdict> {
+        if self.state < SnapBuildState::FullSnapshot {
+            return None;
+        }
+        if !self.reorder.remember_prepare_info(x, lsn) {
+            return Some(DecodeVerdict::UnknownTransaction);
+        }
+        if self.state < SnapBuildState::Consistent {
+            return Some(DecodeVerdict::PrepareSkippedNotConsistent);
+        }
+        if let Some(skip) = self.decode_txn_need_skip(lsn, db_id, slot_db) {
+            return Some(skip);
+        }
+        for s in subxacts {
+            if self.reorder.knows(*s) {
+                self.reorder.assign_child(x, *s, lsn);
+            }
+        }
+        Some(if self.reorder.has_base_snapshot(x) {
+            DecodeVerdict::Prepared
+        } else {
+            DecodeVerdict::NoChanges
+        })
+    }
+
+    /// decode.c DecodeAbort with `two_phase` set (ROLLBACK PREPARED, two-phase decoding
+    /// on, gid not filtered): unless DecodeTXNNeedSkip, ReorderBufferFinishPrepared sends
+    /// ROLLBACK PREPARED for a known transaction (with changes, except on 14); either way
+    /// the reorder buffer lets go of it. `None` before FULL_SNAPSHOT.
+    pub fn decode_abort_prepared(
+        &mut self,
+        lsn: Lsn,
+        x: TransactionId,
+        subxacts: &[TransactionId],
+        db_id: u32,
+        slot_db: u32,
+    ) -> Option<DecodeVerdict> {
+        if self.state < SnapBuildState::FullSnapshot {
+            return None;
+        }
+        let d = match self.decode_txn_need_skip(lsn, db_id, slot_db) {
+            Some(skip) => skip,
+            None if !self.reorder.knows(x) => DecodeVerdict::UnknownTransaction,
+            None if self.reorder.has_base_snapshot(x)
+                || self.major.finishes_prepared_without_changes() =>
+            {
+                DecodeVerdict::RollbackPrepared
+            }
+            None => DecodeVerdict::NoChanges,
+        };
+        self.abort_at(x, subxacts, lsn);
+        Some(d)
+    }
+
+    /// decode.c DecodeAbort: the reorder buffer forgets `xid` and `subxacts`
+    /// (the builder itself is not told; xact_decode bails before FULL_SNAPSHOT).
+    pub fn abort(&mut self, x: TransactionId, subxacts: &[TransactionId]) {
+        self.abort_at(x, subxacts, INVALID_LSN)
+    }
+
+    /// [`SnapBuild::abort`] for an abort record at `lsn` (remembered as the status of a
+    /// top-level transaction).
+    pub fn abort_at(&mut self, x: TransactionId, subxacts: &[TransactionId], lsn: Lsn) {
+        if self.state < SnapBuildState::FullSnapshot {
+            return;
+        }
+        self.reorder
+            .remember_finished(x, subxacts, TxnStatus::Aborted(lsn));
+        for s in subxacts {
+            self.reorder.cleanup(*s);
+        }
+        self.reorder.cleanup(x);
+    }
+}
+
 /// The catalog snapshot of a replay at its current position, for one decoding
 /// transaction or none.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -798,6 +1063,10 @@ mod tests {
             in_slot_creation,
             two_phase_at: Lsn(two_phase_at),
         }
+    }
+
+    fn no_file(_: Lsn) -> RestoreResult {
+        Ok(None)
     }
 
     /// A record 8 bytes long of `kind` with the rmgr decode.c dispatches it by.
@@ -1039,8 +1308,8 @@ mod tests {
     fn new_cid_records_give_the_historic_view() {
         use crate::include::relfilelocator::RelFileLocator;
         use crate::include::reorderbuffer::TupleCidKey;
+        use crate::include::snapbuild::SnapshotOrigin;
         use crate::include::snapshot::INVALID_COMMAND_ID;
-        use crate::snapbuild::{SnapshotOrigin, TxnStatus};
         let p = params(18, false, 0);
         let mut r = Replay::new(&p, 5);
         let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
@@ -1157,5 +1426,46 @@ mod tests {
         // Asked through the rolled-back subtransaction: unknown now.
         let d = r.builder.reorder.decoding_txn(701);
         assert_eq!(d.status, TxnStatus::Unknown);
+    }
+
+    #[test]
+    fn catalog_commit_advances_xmax_and_is_purged_later() {
+        let mut b = SnapBuild::new(&params(18, true, 0));
+        b.process_running_xacts(Lsn(1), &RunningXacts::new(700, 700, &[]), &mut no_file)
+            .unwrap();
+        b.reorder.process_xid(702, Lsn(9));
+        b.mark_catalog_changes(702, Lsn(9));
+        let (v, _) = b.commit(Lsn(10), 702, &[], true, 0, 5);
+        assert_eq!(
+            v,
+            CommitVerdict::Timetravel {
+                xmax_advanced: true,
+                forced: false
+            }
+        );
+        assert_eq!(b.xmax, 703);
+        assert_eq!(b.committed_xip, vec![702]);
+        let (v, _) = b.commit(Lsn(11), 704, &[], false, 0, 5);
+        assert_eq!(v, CommitVerdict::NotCatalogChanging);
+        assert!(!b.includes_all_transactions);
+        b.process_running_xacts(Lsn(20), &RunningXacts::new(705, 705, &[]), &mut no_file)
+            .unwrap();
+        assert!(b.committed_xip.is_empty());
+    }
+
+    #[test]
+    fn subtransaction_catalog_change_forces_parent() {
+        let mut b = SnapBuild::new(&params(18, true, 0));
+        b.process_running_xacts(Lsn(1), &RunningXacts::new(700, 700, &[]), &mut no_file)
+            .unwrap();
+        b.reorder.assign_child(710, 711, Lsn(2));
+        b.mark_catalog_changes(711, Lsn(3));
+        assert!(b.reorder.has_catalog_changes(710));
+        // Serialized while running: both are in catchange.
+        assert_eq!(b.reorder.catalog_changes_xacts(), vec![710, 711]);
+        b.commit(Lsn(5), 710, &[711], true, 0, 5);
+        assert_eq!(b.committed_xip, vec![711, 710]);
+        assert_eq!(b.xmax, 712);
+        assert!(b.reorder.is_empty());
     }
 }

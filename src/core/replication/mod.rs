@@ -2,3 +2,5 @@
 
 pub mod decode;
 pub mod reorderbuffer;
+pub mod snapbuild;
+pub mod snapbuild_ondisk;

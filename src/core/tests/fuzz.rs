@@ -2,10 +2,11 @@
 //! keeps the invariants snapbuild.c relies on. Deterministic (fixed seeds), so a failure
 //! prints the seed that reproduces it.
 
+use snapbuild_core::include::snapbuild::SnapBuildState;
 use snapbuild_core::include::transam;
 use snapbuild_core::include::xlogdefs::Lsn;
-use snapbuild_core::ondisk::SnapBuildOnDisk;
-use snapbuild_core::snapbuild::{RestoreResult, SnapBuild, SnapBuildState};
+use snapbuild_core::replication::snapbuild::{RestoreResult, SnapBuild};
+use snapbuild_core::replication::snapbuild_ondisk::SnapBuildOnDisk;
 use snapbuild_core::{BuilderParams, PgMajor, RunningXacts};
 
 /// xorshift64*: small, deterministic, good enough to spread inputs.
