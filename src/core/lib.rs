@@ -7,6 +7,7 @@
 //! values handed in by an adapter, so it is unit-tested and fuzzed on its own.
 
 pub mod access;
+pub mod compare;
 pub mod heap_page;
 pub mod include;
 pub mod replication;

@@ -2,9 +2,8 @@
 //! snapshot builder over real WAL and put the server's verdict beside each step.
 
 use pgrx::prelude::*;
-use snapbuild_core::replication::decode::{
-    bytes_with_writer_fields, compare_with_server, Replay, TraceRow, TwoPhaseDecoding,
-};
+use snapbuild_core::compare::{bytes_with_writer_fields, compare_with_server};
+use snapbuild_core::replication::decode::{Replay, TraceRow, TwoPhaseDecoding};
 use snapbuild_core::include::snapbuild::BuiltSnapshot;
 use snapbuild_core::replication::snapbuild::{CommitVerdict, RestoreResult};
 use snapbuild_core::{BuilderParams, Lsn, SnapBuildState};

@@ -11,7 +11,7 @@ use snapbuild_core::include::reorderbuffer::{TupleCidEnt, TupleCidKey};
 use snapbuild_core::include::server_lookups::{LookupError, ServerLookups};
 use snapbuild_core::include::snapshot::{HistoricSnapshot, INVALID_COMMAND_ID};
 use snapbuild_core::replication::reorderbuffer::{CidResolver, TupleCidHash};
-use snapbuild_core::replication::decode::{historic_view, HistoricView};
+use snapbuild_core::replication::reorderbuffer::{historic_view, HistoricView};
 use snapbuild_core::include::snapbuild::SnapshotOrigin;
 use snapbuild_core::{Lsn, SnapBuildState};
 

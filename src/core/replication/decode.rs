@@ -1,20 +1,21 @@
 //! Re-runs replication/logical/decode.c: LogicalDecodingProcessRecord's dispatch of
-//! each decoded WAL record to the snapshot builder and the reorder buffer ([`Replay::feed`]),
-//! and turns each interesting step into a [`TraceRow`].
+//! each decoded WAL record to the snapshot builder and the reorder buffer
+//! ([`Replay::feed`]), xact_decode's COMMIT / PREPARE / ABORT paths (DecodeCommit,
+//! DecodePrepare, DecodeAbort, DecodeTXNNeedSkip, FilterPrepare) with what they made the
+//! output plugin send ([`DecodeVerdict::sends`]), and one [`TraceRow`] per record for the
+//! trace.
 
 use crate::include::heapam_xlog::{NewCid, XLOG_HEAP_OPMASK};
-use crate::include::reorderbuffer::TupleCid;
 use crate::include::rmgrlist::{
     RM_HEAP2_ID, RM_HEAP_ID, RM_LOGICALMSG_ID, RM_STANDBY_ID, RM_XACT_ID, RM_XLOG_ID,
 };
-use crate::include::snapbuild::{BuiltSnapshot, SnapBuildState};
-use crate::include::snapshot::HistoricSnapshot;
+use crate::include::snapbuild::SnapBuildState;
 use crate::include::standbydefs::RunningXacts;
 use crate::include::transam::{self, TransactionId};
 use crate::include::xact::XLOG_XACT_OPMASK;
 use crate::include::xlogdefs::{Lsn, INVALID_LSN};
 use crate::include::xlogrecord::XLR_INFO_MASK;
-use crate::replication::reorderbuffer::{DecodingTxn, TxnStatus};
+use crate::replication::reorderbuffer::{historic_view, HistoricView, TxnStatus};
 use crate::replication::snapbuild::{
     Branch, BuilderParams, CommitVerdict, RestoreResult, SerializeContext, SnapBuild, Step,
 };
@@ -831,60 +832,6 @@ impl SnapBuild {
     }
 }
 
-/// The catalog snapshot of a replay at its current position, for one decoding
-/// transaction or none.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct HistoricView {
-    /// The builder's snapshot (SnapBuildBuildSnapshot) and where it was built.
-    pub base: BuiltSnapshot,
-    /// The snapshot HeapTupleSatisfiesHistoricMVCC gets: `base` itself, or
-    /// ReorderBufferCopySnap's copy for the decoding transaction once it has a command id.
-    pub snapshot: HistoricSnapshot,
-    /// The decoding transaction as the reorder buffer holds it.
-    pub decoding: Option<DecodingTxn>,
-    /// The entries ReorderBufferBuildTupleCidHash would hash; `None` when it leaves the
-    /// hash unset (no catalog changes or no NEW_CID for the transaction).
-    pub tuplecids: Option<Vec<TupleCid>>,
-}
-
-/// Re-runs the snapshot choice of reorderbuffer.c ReorderBufferProcessTXN at one point of
-/// a transaction's replay.
-///
-/// The decoder replays a transaction `decoding` starting from its base snapshot, replaced
-/// by each newer one a catalog commit distributes to it, so at any record the builder's
-/// snapshot `base` as of that record. At the first command-id change it makes a private
-/// copy (ReorderBufferCopySnap) holding the transaction's xids (the top level and the
-/// subtransactions still attached when it is replayed) and the running maximum of the
-/// command ids replayed so far, those queued at or before `upto`; before that the
-/// snapshot stays shared (no own xids, `curcid` 0). The tuple-cid hash
-/// (ReorderBufferBuildTupleCidHash) is built once, before replay, from the transaction's
-/// whole tuple-cid list, and only if it has catalog changes and such entries.
-pub fn historic_view(
-    base: BuiltSnapshot,
-    decoding: Option<DecodingTxn>,
-    upto: Lsn,
-) -> HistoricView {
-    let Some(d) = decoding else {
-        return HistoricView {
-            snapshot: base.snapshot.clone(),
-            base,
-            decoding: None,
-            tuplecids: None,
-        };
-    };
-    let snapshot = match d.command_id_upto(upto) {
-        Some(cid) => base.snapshot.copy_for(d.top, &d.subxacts, cid),
-        None => base.snapshot.clone(),
-    };
-    let tuplecids = (d.catalog_changes && !d.tuplecids.is_empty()).then(|| d.tuplecids.clone());
-    HistoricView {
-        base,
-        snapshot,
-        decoding: Some(d),
-        tuplecids,
-    }
-}
-
 impl Replay {
     /// [`historic_view`] with everything taken from where the replay stands now: the
     /// builder's snapshot, and the decoding transaction `xid` as the reorder buffer holds
@@ -902,134 +849,10 @@ impl Replay {
     }
 }
 
-/// How a predicted `.snap` compares with the one the server wrote at the same LSN.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct FileComparison {
-    /// Fields any consistent builder must agree on at this LSN: state, next_phase_at, the
-    /// catchange xids (the running catalog-modifying transactions), and xmin whenever both
-    /// the replay and the writer took it from the previous RUNNING_XACTS record.
-    pub differences: Vec<String>,
-    /// Fields that depend on how the writing decoder got here: xmin after a restore
-    /// (branch b keeps the file's older xmin until the next record), xmax (moved only by
-    /// catalog commits seen since the decoder became consistent, or set by branch a) and
-    /// the committed xids (collected since then). They match when the replay and the
-    /// writer started alike; otherwise they are reported here, not held against the
-    /// replay.
-    pub writer_dependent: Vec<String>,
-}
-
-impl FileComparison {
-    /// No difference in the fields every builder must agree on.
-    pub fn agrees(&self) -> bool {
-        self.differences.is_empty()
-    }
-}
-
-/// Compares the file the replay predicts with the file the server wrote at the same LSN.
-/// `ctx` says where the predicted xmin came from.
-///
-/// Not compared at all, because they describe the process that wrote the file rather
-/// than the WAL position: start_decoding_at, last_serialized_snapshot, in_slot_creation,
-/// building_full_snapshot, initial_xmin_horizon, two_phase_at, committed.xcnt_space and
-/// includes_all_transactions.
-pub fn compare_with_server(
-    predicted: &SnapBuildOnDisk,
-    server: &SnapBuildOnDisk,
-    ctx: Option<SerializeContext>,
-) -> FileComparison {
-    let (p, s) = (&predicted.builder, &server.builder);
-    let mut c = FileComparison::default();
-    if p.state != s.state {
-        c.differences
-            .push(format!("state {} vs {}", p.state, s.state));
-    }
-    if p.xmin != s.xmin {
-        // The writer serialized at the previous RUNNING_XACTS (so took its xmin from it)
-        // and so did we: the xmins must be equal.
-        let both_from_record = ctx.is_some_and(|c| {
-            !c.xmin_from_restore
-                && c.prev_running_xacts.is_valid()
-                && s.last_serialized_snapshot == c.prev_running_xacts
-        });
-        let d = format!("xmin {} vs {}", p.xmin, s.xmin);
-        if both_from_record {
-            c.differences.push(d);
-        } else {
-            c.writer_dependent.push(d);
-        }
-    }
-    if p.next_phase_at != s.next_phase_at {
-        c.differences.push(format!(
-            "next_phase_at {} vs {}",
-            p.next_phase_at, s.next_phase_at
-        ));
-    }
-    if predicted.catchange_xip != server.catchange_xip {
-        c.differences.push(format!(
-            "catchange {:?} vs {:?}",
-            predicted.catchange_xip, server.catchange_xip
-        ));
-    }
-    if p.xmax != s.xmax {
-        c.writer_dependent
-            .push(format!("xmax {} vs {}", p.xmax, s.xmax));
-    }
-    let sorted = |v: &[u32]| {
-        let mut v = v.to_vec();
-        v.sort_unstable();
-        v
-    };
-    if sorted(&predicted.committed_xip) != sorted(&server.committed_xip) {
-        c.writer_dependent.push(format!(
-            "committed {:?} vs {:?}",
-            predicted.committed_xip, server.committed_xip
-        ));
-    }
-    c
-}
-
-/// The bytes the replay would write at this LSN, with the fields that describe the
-/// writing decoder taken from the server's file, and likewise xmin, xmax or the committed
-/// xids where `cmp` found them writer-dependent (the committed xids otherwise in the
-/// writer's insertion order). If the result equals the file byte for byte, every other
-/// field, the layout, the padding and the CRC-32C agree. `None` for a version without a
-/// known layout.
-pub fn bytes_with_writer_fields(
-    predicted: &SnapBuildOnDisk,
-    server: &SnapBuildOnDisk,
-    cmp: &FileComparison,
-) -> Option<Vec<u8>> {
-    let mut p = predicted.clone();
-    let (b, s) = (&mut p.builder, &server.builder);
-    b.start_decoding_at = s.start_decoding_at;
-    b.last_serialized_snapshot = s.last_serialized_snapshot;
-    b.in_slot_creation = s.in_slot_creation;
-    b.building_full_snapshot = s.building_full_snapshot;
-    b.initial_xmin_horizon = s.initial_xmin_horizon;
-    b.two_phase_at = s.two_phase_at;
-    b.committed_xcnt_space = s.committed_xcnt_space;
-    b.includes_all_transactions = s.includes_all_transactions;
-    let flagged = |field: &str| cmp.writer_dependent.iter().any(|d| d.starts_with(field));
-    if flagged("xmin ") {
-        b.xmin = s.xmin;
-    }
-    if flagged("xmax ") {
-        b.xmax = s.xmax;
-    }
-    let sorted = |v: &[u32]| {
-        let mut v = v.to_vec();
-        v.sort_unstable();
-        v
-    };
-    if flagged("committed ") || sorted(&p.committed_xip) == sorted(&server.committed_xip) {
-        p.committed_xip = server.committed_xip.clone();
-    }
-    p.encode()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compare::{bytes_with_writer_fields, compare_with_server, FileComparison};
     use crate::include::version::PgMajor;
 
     #[test]

@@ -9,6 +9,8 @@
 //!   decode.c feeds: known transactions in first-LSN order, their subtransactions,
 //!   catalog-change flags, base snapshots, prepare LSNs, NEW_CID tuple-cid lists and
 //!   command ids.
+//! * [`historic_view`] is the snapshot choice of ReorderBufferProcessTXN at one point of
+//!   a transaction's replay (ReorderBufferCopySnap, ReorderBufferBuildTupleCidHash).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -17,6 +19,7 @@ use crate::access::rewriteheap::{
 };
 use crate::include::reorderbuffer::{TupleCid, TupleCidEnt, TupleCidKey};
 use crate::include::server_lookups::{LookupError, ServerLookups};
+use crate::include::snapbuild::BuiltSnapshot;
 use crate::include::snapshot::{CommandId, HistoricSnapshot};
 use crate::include::transam::{self, TransactionId};
 use crate::include::xlogdefs::Lsn;
@@ -574,6 +577,60 @@ impl ReorderModel {
     /// Whether no transaction is held.
     pub fn is_empty(&self) -> bool {
         self.txns.is_empty()
+    }
+}
+
+/// The catalog snapshot of a replay at its current position, for one decoding
+/// transaction or none.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct HistoricView {
+    /// The builder's snapshot (SnapBuildBuildSnapshot) and where it was built.
+    pub base: BuiltSnapshot,
+    /// The snapshot HeapTupleSatisfiesHistoricMVCC gets: `base` itself, or
+    /// ReorderBufferCopySnap's copy for the decoding transaction once it has a command id.
+    pub snapshot: HistoricSnapshot,
+    /// The decoding transaction as the reorder buffer holds it.
+    pub decoding: Option<DecodingTxn>,
+    /// The entries ReorderBufferBuildTupleCidHash would hash; `None` when it leaves the
+    /// hash unset (no catalog changes or no NEW_CID for the transaction).
+    pub tuplecids: Option<Vec<TupleCid>>,
+}
+
+/// Re-runs the snapshot choice of reorderbuffer.c ReorderBufferProcessTXN at one point of
+/// a transaction's replay.
+///
+/// The decoder replays a transaction `decoding` starting from its base snapshot, replaced
+/// by each newer one a catalog commit distributes to it, so at any record the builder's
+/// snapshot `base` as of that record. At the first command-id change it makes a private
+/// copy (ReorderBufferCopySnap) holding the transaction's xids (the top level and the
+/// subtransactions still attached when it is replayed) and the running maximum of the
+/// command ids replayed so far, those queued at or before `upto`; before that the
+/// snapshot stays shared (no own xids, `curcid` 0). The tuple-cid hash
+/// (ReorderBufferBuildTupleCidHash) is built once, before replay, from the transaction's
+/// whole tuple-cid list, and only if it has catalog changes and such entries.
+pub fn historic_view(
+    base: BuiltSnapshot,
+    decoding: Option<DecodingTxn>,
+    upto: Lsn,
+) -> HistoricView {
+    let Some(d) = decoding else {
+        return HistoricView {
+            snapshot: base.snapshot.clone(),
+            base,
+            decoding: None,
+            tuplecids: None,
+        };
+    };
+    let snapshot = match d.command_id_upto(upto) {
+        Some(cid) => base.snapshot.copy_for(d.top, &d.subxacts, cid),
+        None => base.snapshot.clone(),
+    };
+    let tuplecids = (d.catalog_changes && !d.tuplecids.is_empty()).then(|| d.tuplecids.clone());
+    HistoricView {
+        base,
+        snapshot,
+        decoding: Some(d),
+        tuplecids,
     }
 }
 
