@@ -12,7 +12,7 @@
 
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode as C;
-use snapbuild_core::heap_page::heap_items;
+use snapbuild_core::storage::bufpage::heap_items;
 use snapbuild_core::access::heapam_visibility::{satisfies_historic_mvcc, HistoricVerdict};
 use snapbuild_core::include::htup_details::TupleHeader;
 use snapbuild_core::include::relfilelocator::RelFileLocator;

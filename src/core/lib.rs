@@ -8,10 +8,9 @@
 
 pub mod access;
 pub mod compare;
-pub mod heap_page;
 pub mod include;
 pub mod replication;
-pub mod slot;
+pub mod storage;
 
 pub use include::snapbuild::SnapBuildState;
 pub use include::standbydefs::RunningXacts;

@@ -3,7 +3,7 @@
 
 use pgrx::prelude::*;
 use snapbuild_core::replication::decode::{Replay, TwoPhaseDecoding};
-use snapbuild_core::slot::SlotModel;
+use snapbuild_core::replication::logical::SlotModel;
 use snapbuild_core::replication::snapbuild::RestoreResult;
 use snapbuild_core::Lsn;
 

@@ -1,7 +1,8 @@
-//! The slot side of decoding progress: logical.c's LogicalIncreaseXminForSlot,
-//! LogicalIncreaseRestartDecodingForSlot and LogicalConfirmReceivedLocation, which turn
-//! the candidates the snapshot builder proposes at each RUNNING_XACTS into the slot's
-//! catalog_xmin and restart_lsn once the client confirms a position.
+//! Re-runs the slot side of decoding progress in replication/logical/logical.c:
+//! LogicalIncreaseXminForSlot, LogicalIncreaseRestartDecodingForSlot and
+//! LogicalConfirmReceivedLocation, which turn the candidates the snapshot builder proposes
+//! at each RUNNING_XACTS into the slot's catalog_xmin and restart_lsn once the client
+//! confirms a position.
 
 use crate::include::transam::{self, TransactionId, INVALID_TRANSACTION_ID};
 use crate::include::xlogdefs::{Lsn, INVALID_LSN};
