@@ -5,6 +5,23 @@
 //! state machine of `snapbuild.c`, and the historic MVCC rule decoding applies to catalog
 //! tuples (`HeapTupleSatisfiesHistoricMVCC`). No FFI and no server: every input is bytes or plain
 //! values handed in by an adapter, so it is unit-tested and fuzzed on its own.
+//!
+//! The modules follow PostgreSQL's source tree: a function is found in the file named
+//! after the one it re-runs.
+//!
+//! * `include/`: shared types in the role of the headers (transam.h, xlogdefs.h,
+//!   snapbuild.h, snapshot.h, htup_details.h, standbydefs.h, heapam_xlog.h, …) and the
+//!   major-version seam. They refer only to each other.
+//! * `replication/`: src/backend/replication/logical/. `decode` (decode.c), `snapbuild`
+//!   (snapbuild.c), `snapbuild_ondisk` (the `.snap` file), `reorderbuffer`
+//!   (reorderbuffer.c), `logical` (logical.c's slot candidates).
+//! * `access/`: `heapam_visibility` (heapam_visibility.c), `rewriteheap` (rewrite mapping
+//!   files).
+//! * `storage/`: `bufpage` (page header and line pointers).
+//! * `compare`: not a PostgreSQL file; the replay's `.snap` against the server's.
+//!
+//! `tests/layering.rs` checks that the headers stay headers and that the module graph
+//! has no cycle.
 
 pub mod access;
 pub mod compare;
@@ -13,9 +30,11 @@ pub mod replication;
 pub mod storage;
 
 pub use include::snapbuild::SnapBuildState;
+pub use include::snapshot::HistoricSnapshot;
 pub use include::standbydefs::RunningXacts;
 pub use include::transam::TransactionId;
 pub use include::version::PgMajor;
 pub use include::xlogdefs::Lsn;
-pub use replication::snapbuild::{Branch, BuilderParams, SnapBuild};
+pub use replication::decode::{Replay, TraceRow};
+pub use replication::snapbuild::{Branch, BuilderParams, RestoreResult, SnapBuild};
 pub use replication::snapbuild_ondisk::{OnDiskError, SnapBuildOnDisk};

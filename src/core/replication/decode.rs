@@ -274,8 +274,8 @@ impl TwoPhaseDecoding {
         }
     }
 
-    /// decode.c FilterPrepare: true when the transaction is decoded as a plain one at
-    /// COMMIT PREPARED instead of at PREPARE.
+    /// Re-runs decode.c FilterPrepare: true when the transaction is decoded as a plain one
+    /// at COMMIT PREPARED instead of at PREPARE.
     pub fn filter_prepare(&self, gid: &str) -> bool {
         !self.enabled
             || self
@@ -651,8 +651,8 @@ impl DecodeVerdict {
 /// methods of the builder they drive: decode.c reaches the builder and the reorder buffer
 /// through the decoding context, here through the builder and its `reorder`.
 impl SnapBuild {
-    /// decode.c xact_decode + DecodeCommit + snapbuild.c SnapBuildCommitTxn for a commit
-    /// (record at `lsn`) of `xid` with `subxacts`; `has_invals` is
+    /// Re-runs decode.c xact_decode + DecodeCommit + snapbuild.c SnapBuildCommitTxn for a
+    /// commit (record at `lsn`) of `xid` with `subxacts`; `has_invals` is
     /// `XACT_XINFO_HAS_INVALS`; `db_id` the commit's database (0 if the record has none)
     /// and `slot_db` the decoding slot's. A COMMIT PREPARED a two-phase decoder did not
     /// filter goes through [`SnapBuild::decode_commit`] with `two_phase` instead.
@@ -668,7 +668,7 @@ impl SnapBuild {
         self.decode_commit(lsn, x, subxacts, has_invals, db_id, slot_db, false)
     }
 
-    /// DecodeTXNNeedSkip for a transaction-ending record at `lsn`.
+    /// Re-runs decode.c DecodeTXNNeedSkip for a transaction-ending record at `lsn`.
     fn decode_txn_need_skip(&self, lsn: Lsn, db_id: u32, slot_db: u32) -> Option<DecodeVerdict> {
         if lsn < self.start_decoding_at {
             Some(DecodeVerdict::SkippedBeforeStartDecodingAt)
@@ -679,9 +679,9 @@ impl SnapBuild {
         }
     }
 
-    /// decode.c DecodeCommit: SnapBuildCommitTxn, DecodeTXNNeedSkip, then
-    /// ReorderBufferCommit, or with `two_phase` (COMMIT PREPARED, two-phase decoding on, gid
-    /// not filtered) reorderbuffer.c ReorderBufferFinishPrepared against the builder's
+    /// Re-runs decode.c DecodeCommit: SnapBuildCommitTxn, DecodeTXNNeedSkip, then
+    /// ReorderBufferCommit, or with `two_phase` (COMMIT PREPARED, two-phase decoding on,
+    /// gid not filtered) reorderbuffer.c ReorderBufferFinishPrepared against the builder's
     /// `two_phase_at`.
     #[allow(clippy::too_many_arguments)]
     pub fn decode_commit(
@@ -745,9 +745,9 @@ impl SnapBuild {
         (v, d)
     }
 
-    /// decode.c DecodePrepare for the PREPARE (record at `lsn`) of `x` with `subxacts`,
-    /// when two-phase decoding is on and the gid is not filtered (FilterPrepare false):
-    /// ReorderBufferRememberPrepareInfo, then skipped before CONSISTENT or by
+    /// Re-runs decode.c DecodePrepare for the PREPARE (record at `lsn`) of `x` with
+    /// `subxacts`, when two-phase decoding is on and the gid is not filtered (FilterPrepare
+    /// false): ReorderBufferRememberPrepareInfo, then skipped before CONSISTENT or by
     /// DecodeTXNNeedSkip (ReorderBufferSkipPrepare), else ReorderBufferPrepare. `None`
     /// before FULL_SNAPSHOT (xact_decode bails out).
     pub fn decode_prepare(
@@ -782,10 +782,11 @@ impl SnapBuild {
         })
     }
 
-    /// decode.c DecodeAbort with `two_phase` set (ROLLBACK PREPARED, two-phase decoding
-    /// on, gid not filtered): unless DecodeTXNNeedSkip, ReorderBufferFinishPrepared sends
-    /// ROLLBACK PREPARED for a known transaction (with changes, except on 14); either way
-    /// the reorder buffer lets go of it. `None` before FULL_SNAPSHOT.
+    /// Re-runs decode.c DecodeAbort with `two_phase` set (ROLLBACK PREPARED, two-phase
+    /// decoding on, gid not filtered): unless DecodeTXNNeedSkip,
+    /// ReorderBufferFinishPrepared sends ROLLBACK PREPARED for a known transaction (with
+    /// changes, except on 14); either way the reorder buffer lets go of it. `None` before
+    /// FULL_SNAPSHOT.
     pub fn decode_abort_prepared(
         &mut self,
         lsn: Lsn,
@@ -811,8 +812,8 @@ impl SnapBuild {
         Some(d)
     }
 
-    /// decode.c DecodeAbort: the reorder buffer forgets `xid` and `subxacts`
-    /// (the builder itself is not told; xact_decode bails before FULL_SNAPSHOT).
+    /// Re-runs decode.c DecodeAbort: the reorder buffer forgets `xid` and `subxacts` (the
+    /// builder itself is not told; xact_decode bails before FULL_SNAPSHOT).
     pub fn abort(&mut self, x: TransactionId, subxacts: &[TransactionId]) {
         self.abort_at(x, subxacts, INVALID_LSN)
     }
