@@ -3,8 +3,8 @@
 
 use pgrx::prelude::*;
 use snapbuild_core::compare::{bytes_with_writer_fields, compare_with_server};
-use snapbuild_core::replication::decode::{Replay, TraceRow, TwoPhaseDecoding};
 use snapbuild_core::include::snapbuild::BuiltSnapshot;
+use snapbuild_core::replication::decode::{Replay, TraceRow, TwoPhaseDecoding};
 use snapbuild_core::replication::snapbuild::{CommitVerdict, RestoreResult};
 use snapbuild_core::{BuilderParams, Lsn, SnapBuildState};
 

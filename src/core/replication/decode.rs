@@ -889,10 +889,6 @@ mod tests {
         }
     }
 
-    fn no_file(_: Lsn) -> RestoreResult {
-        Ok(None)
-    }
-
     /// A record 8 bytes long of `kind` with the rmgr decode.c dispatches it by.
     fn record(
         lsn: u64,
@@ -1254,6 +1250,7 @@ mod tests {
 
     #[test]
     fn catalog_commit_advances_xmax_and_is_purged_later() {
+        let mut no_file = |_: Lsn| -> RestoreResult { Ok(None) };
         let mut b = SnapBuild::new(&params(18, true, 0));
         b.process_running_xacts(Lsn(1), &RunningXacts::new(700, 700, &[]), &mut no_file)
             .unwrap();
@@ -1279,6 +1276,7 @@ mod tests {
 
     #[test]
     fn subtransaction_catalog_change_forces_parent() {
+        let mut no_file = |_: Lsn| -> RestoreResult { Ok(None) };
         let mut b = SnapBuild::new(&params(18, true, 0));
         b.process_running_xacts(Lsn(1), &RunningXacts::new(700, 700, &[]), &mut no_file)
             .unwrap();
