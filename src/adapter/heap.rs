@@ -12,11 +12,14 @@
 
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode as C;
-use snapbuild_core::heap_page::heap_items;
-use snapbuild_core::historic::{
-    satisfies_historic_mvcc, CidResolver, HistoricSnapshot, HistoricVerdict, LookupError,
-    RelFileLocator, ServerLookups, TupleCid, TupleCidEnt, TupleCidHash, TupleCidKey, TupleHeader,
-};
+use snapbuild_core::access::heapam_visibility::{satisfies_historic_mvcc, HistoricVerdict};
+use snapbuild_core::include::htup_details::TupleHeader;
+use snapbuild_core::include::relfilelocator::RelFileLocator;
+use snapbuild_core::include::reorderbuffer::{TupleCid, TupleCidEnt, TupleCidKey};
+use snapbuild_core::include::server_lookups::{LookupError, ServerLookups};
+use snapbuild_core::include::snapshot::HistoricSnapshot;
+use snapbuild_core::replication::reorderbuffer::{CidResolver, TupleCidHash};
+use snapbuild_core::storage::bufpage::heap_items;
 
 use crate::adapter::raise;
 

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use snapbuild_core::lsn::{parse_snap_file_name, snap_file_name};
+use snapbuild_core::replication::snapbuild_ondisk::{parse_snap_file_name, snap_file_name};
 use snapbuild_core::{Lsn, OnDiskError, SnapBuildOnDisk};
 
 /// `PG_LOGICAL_SNAPSHOTS_DIR`, relative to the data directory.

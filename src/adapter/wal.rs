@@ -4,8 +4,8 @@
 
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode as C;
-use snapbuild_core::records::{NewCid, RecordKind};
-use snapbuild_core::replay::{Payload, RecordHead};
+use snapbuild_core::include::heapam_xlog::NewCid;
+use snapbuild_core::replication::decode::{Payload, RecordHead, RecordKind};
 use snapbuild_core::{Lsn, RunningXacts};
 
 use crate::adapter::raise;

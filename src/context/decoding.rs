@@ -1,8 +1,9 @@
 //! [`DecodingContext`]: one WAL reader, one replay, one record loop.
 
 use pgrx::prelude::*;
-use snapbuild_core::replay::{Replay, ReplayError, TraceRow};
-use snapbuild_core::snapbuild::{BuiltSnapshot, RestoreResult};
+use snapbuild_core::include::snapbuild::BuiltSnapshot;
+use snapbuild_core::replication::decode::ReplayError;
+use snapbuild_core::{Replay, RestoreResult, TraceRow};
 use snapbuild_core::{Lsn, SnapBuildState};
 
 use crate::adapter::snapfiles::{self, SnapFileError};

@@ -2,7 +2,7 @@
 //! and the server facts the verdicts compare with. Arguments are validated here, once.
 
 use pgrx::prelude::*;
-use snapbuild_core::replay::TwoPhaseDecoding;
+use snapbuild_core::replication::decode::TwoPhaseDecoding;
 use snapbuild_core::{BuilderParams, Lsn};
 
 use crate::adapter::slots::{find_slot, SlotCopy};

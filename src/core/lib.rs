@@ -5,22 +5,36 @@
 //! state machine of `snapbuild.c`, and the historic MVCC rule decoding applies to catalog
 //! tuples (`HeapTupleSatisfiesHistoricMVCC`). No FFI and no server: every input is bytes or plain
 //! values handed in by an adapter, so it is unit-tested and fuzzed on its own.
+//!
+//! The modules follow PostgreSQL's source tree: a function is found in the file named
+//! after the one it re-runs.
+//!
+//! * `include/`: shared types in the role of the headers (transam.h, xlogdefs.h,
+//!   snapbuild.h, snapshot.h, htup_details.h, standbydefs.h, heapam_xlog.h, …) and the
+//!   major-version seam. They refer only to each other.
+//! * `replication/`: src/backend/replication/logical/. `decode` (decode.c), `snapbuild`
+//!   (snapbuild.c), `snapbuild_ondisk` (the `.snap` file), `reorderbuffer`
+//!   (reorderbuffer.c), `logical` (logical.c's slot candidates).
+//! * `access/`: `heapam_visibility` (heapam_visibility.c), `rewriteheap` (rewrite mapping
+//!   files).
+//! * `storage/`: `bufpage` (page header and line pointers).
+//! * `compare`: not a PostgreSQL file; the replay's `.snap` against the server's.
+//!
+//! `tests/layering.rs` checks that the headers stay headers and that the module graph
+//! has no cycle.
 
-pub mod heap_page;
-pub mod historic;
-pub mod lsn;
-pub mod ondisk;
-pub mod records;
-pub mod replay;
-pub mod running_xacts;
-pub mod slot;
-pub mod snapbuild;
-pub mod version;
-pub mod xid;
+pub mod access;
+pub mod compare;
+pub mod include;
+pub mod replication;
+pub mod storage;
 
-pub use lsn::Lsn;
-pub use ondisk::{OnDiskError, SnapBuildOnDisk};
-pub use running_xacts::RunningXacts;
-pub use snapbuild::{Branch, BuilderParams, SnapBuild, SnapBuildState};
-pub use version::PgMajor;
-pub use xid::TransactionId;
+pub use include::snapbuild::SnapBuildState;
+pub use include::snapshot::HistoricSnapshot;
+pub use include::standbydefs::RunningXacts;
+pub use include::transam::TransactionId;
+pub use include::version::PgMajor;
+pub use include::xlogdefs::Lsn;
+pub use replication::decode::{Replay, TraceRow};
+pub use replication::snapbuild::{Branch, BuilderParams, RestoreResult, SnapBuild};
+pub use replication::snapbuild_ondisk::{OnDiskError, SnapBuildOnDisk};

@@ -2,7 +2,7 @@
 //! restart_lsn and candidates will stand after one more `pg_logical_slot_get_changes`.
 
 use pgrx::prelude::*;
-use snapbuild_core::slot::SlotModel;
+use snapbuild_core::replication::logical::SlotModel;
 use snapbuild_core::Lsn;
 
 use crate::adapter::raise;

@@ -5,7 +5,7 @@
 //! columns of the two set-returning ones are declared once ([`with_trace_columns`]).
 
 use pgrx::prelude::*;
-use snapbuild_core::snapbuild::CommitVerdict;
+use snapbuild_core::replication::snapbuild::CommitVerdict;
 use snapbuild_core::BuilderParams;
 
 use crate::adapter::raise;

@@ -5,12 +5,14 @@
 //! (`snapbuild_historic_visible`).
 
 use pgrx::prelude::*;
-use snapbuild_core::historic::{
-    satisfies_historic_mvcc, CidResolver, HistoricSnapshot, LookupError, ServerLookups,
-    TupleCidEnt, TupleCidHash, TupleCidKey, TupleHeader, INVALID_COMMAND_ID,
-};
-use snapbuild_core::replay::{historic_view, HistoricView};
-use snapbuild_core::snapbuild::SnapshotOrigin;
+use snapbuild_core::access::heapam_visibility::satisfies_historic_mvcc;
+use snapbuild_core::include::htup_details::TupleHeader;
+use snapbuild_core::include::reorderbuffer::{TupleCidEnt, TupleCidKey};
+use snapbuild_core::include::server_lookups::{LookupError, ServerLookups};
+use snapbuild_core::include::snapbuild::SnapshotOrigin;
+use snapbuild_core::include::snapshot::{HistoricSnapshot, INVALID_COMMAND_ID};
+use snapbuild_core::replication::reorderbuffer::{historic_view, HistoricView};
+use snapbuild_core::replication::reorderbuffer::{CidResolver, TupleCidHash};
 use snapbuild_core::{Lsn, SnapBuildState};
 
 use crate::adapter::heap::{judge_relation, Server};

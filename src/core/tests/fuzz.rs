@@ -2,10 +2,11 @@
 //! keeps the invariants snapbuild.c relies on. Deterministic (fixed seeds), so a failure
 //! prints the seed that reproduces it.
 
-use snapbuild_core::lsn::Lsn;
-use snapbuild_core::ondisk::SnapBuildOnDisk;
-use snapbuild_core::snapbuild::{RestoreResult, SnapBuild, SnapBuildState};
-use snapbuild_core::xid;
+use snapbuild_core::include::snapbuild::SnapBuildState;
+use snapbuild_core::include::transam;
+use snapbuild_core::include::xlogdefs::Lsn;
+use snapbuild_core::replication::snapbuild::{RestoreResult, SnapBuild};
+use snapbuild_core::replication::snapbuild_ondisk::SnapBuildOnDisk;
 use snapbuild_core::{BuilderParams, PgMajor, RunningXacts};
 
 /// xorshift64*: small, deterministic, good enough to spread inputs.
@@ -98,10 +99,10 @@ fn state_machine_invariants_on_random_histories() {
             running.retain(|_| r.below(3) != 0);
             for _ in 0..r.below(3) {
                 running.push(next);
-                next = xid::advance(next);
+                next = transam::advance(next);
             }
             let oldest = running.iter().copied().min_by(|a, b| {
-                if xid::precedes(*a, *b) {
+                if transam::precedes(*a, *b) {
                     std::cmp::Ordering::Less
                 } else {
                     std::cmp::Ordering::Greater
@@ -125,7 +126,7 @@ fn state_machine_invariants_on_random_histories() {
                     assert_eq!(b.state, SnapBuildState::BuildingSnapshot);
                     phase_target = Some(next);
                 } else if let Some(t) = phase_target {
-                    let reached = xid::precedes_or_equals(t, oldest);
+                    let reached = transam::precedes_or_equals(t, oldest);
                     assert_eq!(
                         b.state > before,
                         reached,
@@ -159,8 +160,10 @@ fn state_machine_invariants_on_random_histories() {
 /// some history must show that on 14.
 #[test]
 fn two_phase_protocol_on_random_histories() {
-    use snapbuild_core::records::{RecordKind, RM_HEAP_ID, RM_STANDBY_ID, RM_XACT_ID};
-    use snapbuild_core::replay::{Payload, RecordHead, Replay, TwoPhaseDecoding};
+    use snapbuild_core::include::rmgrlist::{RM_HEAP_ID, RM_STANDBY_ID, RM_XACT_ID};
+    use snapbuild_core::replication::decode::{
+        Payload, RecordHead, RecordKind, Replay, TwoPhaseDecoding,
+    };
     use std::collections::{BTreeMap, BTreeSet};
     for major in [14u32, 15, 18] {
         let mut violations_14 = 0;

@@ -1,600 +1,19 @@
-//! Historic MVCC: the catalog snapshot logical decoding hands out, and the rule by which
-//! it judges a catalog tuple visible.
-//!
-//! * [`HistoricSnapshot`] is what snapbuild.c SnapBuildBuildSnapshot builds from the
-//!   builder (xmin, xmax, the committed catalog-modifying xids in `xip`), and what
-//!   reorderbuffer.c ReorderBufferCopySnap makes of it for one decoding transaction
-//!   (its own xids in `subxip`, the command id reached in `curcid`).
-//! * [`TupleCidHash`] is the `(relfilelocator, ctid) → (cmin, cmax)` map that
-//!   ReorderBufferBuildTupleCidHash builds from the NEW_CID records of the decoding
-//!   transaction; [`CidResolver`] looks tuples up in it as ResolveCminCmaxDuringDecoding
-//!   does, applying heap-rewrite mapping files (UpdateLogicalMappings) on a miss.
-//! * [`satisfies_historic_mvcc`] re-runs heapam_visibility.c
-//!   HeapTupleSatisfiesHistoricMVCC and says which branch decided.
+//! Re-runs access/heap/heapam_visibility.c HeapTupleSatisfiesHistoricMVCC: the rule by
+//! which logical decoding judges a catalog tuple visible under a historic snapshot, and
+//! which branch decided.
 //!
 //! Everything the server knows and the core cannot (the commit log, multixact members,
-//! the files in `pg_logical/mappings`) comes in through [`ServerLookups`].
+//! the files in `pg_logical/mappings`) comes in through [`ServerLookups`]; the
+//! decoding transaction's own command ids through the reorder buffer's [`CidResolver`]
+//! (reorderbuffer.c ResolveCminCmaxDuringDecoding).
 
-use std::collections::HashMap;
-
-use crate::xid::{self, TransactionId, FROZEN_TRANSACTION_ID};
-
-/// A PostgreSQL `CommandId`.
-pub type CommandId = u32;
-/// `InvalidCommandId`.
-pub const INVALID_COMMAND_ID: CommandId = u32::MAX;
-/// `FirstCommandId`.
-pub const FIRST_COMMAND_ID: CommandId = 0;
-
-/// `t_infomask` and `t_infomask2` bits (access/htup_details.h).
-pub mod infomask {
-    pub const HEAP_HASNULL: u16 = 0x0001;
-    pub const HEAP_HASVARWIDTH: u16 = 0x0002;
-    pub const HEAP_HASEXTERNAL: u16 = 0x0004;
-    pub const HEAP_HASOID_OLD: u16 = 0x0008;
-    pub const HEAP_XMAX_KEYSHR_LOCK: u16 = 0x0010;
-    pub const HEAP_COMBOCID: u16 = 0x0020;
-    pub const HEAP_XMAX_EXCL_LOCK: u16 = 0x0040;
-    pub const HEAP_XMAX_LOCK_ONLY: u16 = 0x0080;
-    pub const HEAP_XMAX_SHR_LOCK: u16 = HEAP_XMAX_EXCL_LOCK | HEAP_XMAX_KEYSHR_LOCK;
-    pub const HEAP_LOCK_MASK: u16 =
-        HEAP_XMAX_SHR_LOCK | HEAP_XMAX_EXCL_LOCK | HEAP_XMAX_KEYSHR_LOCK;
-    pub const HEAP_XMIN_COMMITTED: u16 = 0x0100;
-    pub const HEAP_XMIN_INVALID: u16 = 0x0200;
-    pub const HEAP_XMIN_FROZEN: u16 = HEAP_XMIN_COMMITTED | HEAP_XMIN_INVALID;
-    pub const HEAP_XMAX_COMMITTED: u16 = 0x0400;
-    pub const HEAP_XMAX_INVALID: u16 = 0x0800;
-    pub const HEAP_XMAX_IS_MULTI: u16 = 0x1000;
-    pub const HEAP_UPDATED: u16 = 0x2000;
-    pub const HEAP_MOVED_OFF: u16 = 0x4000;
-    pub const HEAP_MOVED_IN: u16 = 0x8000;
-    /// `t_infomask2`.
-    pub const HEAP_NATTS_MASK: u16 = 0x07FF;
-    pub const HEAP_KEYS_UPDATED: u16 = 0x2000;
-    pub const HEAP_HOT_UPDATED: u16 = 0x4000;
-    pub const HEAP_ONLY_TUPLE: u16 = 0x8000;
-
-    /// The raw `t_infomask` flag names, in bit order (as contrib pageinspect's
-    /// `heap_tuple_infomask_flags` lists them in `raw_flags`).
-    pub const INFOMASK_NAMES: [(u16, &str); 16] = [
-        (HEAP_HASNULL, "HEAP_HASNULL"),
-        (HEAP_HASVARWIDTH, "HEAP_HASVARWIDTH"),
-        (HEAP_HASEXTERNAL, "HEAP_HASEXTERNAL"),
-        (HEAP_HASOID_OLD, "HEAP_HASOID_OLD"),
-        (HEAP_XMAX_KEYSHR_LOCK, "HEAP_XMAX_KEYSHR_LOCK"),
-        (HEAP_COMBOCID, "HEAP_COMBOCID"),
-        (HEAP_XMAX_EXCL_LOCK, "HEAP_XMAX_EXCL_LOCK"),
-        (HEAP_XMAX_LOCK_ONLY, "HEAP_XMAX_LOCK_ONLY"),
-        (HEAP_XMIN_COMMITTED, "HEAP_XMIN_COMMITTED"),
-        (HEAP_XMIN_INVALID, "HEAP_XMIN_INVALID"),
-        (HEAP_XMAX_COMMITTED, "HEAP_XMAX_COMMITTED"),
-        (HEAP_XMAX_INVALID, "HEAP_XMAX_INVALID"),
-        (HEAP_XMAX_IS_MULTI, "HEAP_XMAX_IS_MULTI"),
-        (HEAP_UPDATED, "HEAP_UPDATED"),
-        (HEAP_MOVED_OFF, "HEAP_MOVED_OFF"),
-        (HEAP_MOVED_IN, "HEAP_MOVED_IN"),
-    ];
-    /// The `t_infomask2` flag names, in bit order.
-    pub const INFOMASK2_NAMES: [(u16, &str); 3] = [
-        (HEAP_KEYS_UPDATED, "HEAP_KEYS_UPDATED"),
-        (HEAP_HOT_UPDATED, "HEAP_HOT_UPDATED"),
-        (HEAP_ONLY_TUPLE, "HEAP_ONLY_TUPLE"),
-    ];
-}
-
-use infomask::*;
-
-/// The header fields of a heap tuple the visibility rules read.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct TupleHeader {
-    /// `t_xmin` as stored (HeapTupleHeaderGetRawXmin).
-    pub raw_xmin: TransactionId,
-    /// `t_xmax` as stored (HeapTupleHeaderGetRawXmax): an xid or a MultiXactId.
-    pub raw_xmax: TransactionId,
-    /// `t_field3`: the raw command id (or combo CID, or old-style xvac).
-    pub raw_cid: CommandId,
-    /// `t_ctid`: block and offset.
-    pub ctid: (u32, u16),
-    pub infomask2: u16,
-    pub infomask: u16,
-    pub hoff: u8,
-}
-
-/// `SizeofHeapTupleHeader`: the fixed part of a heap tuple header.
-pub const SIZEOF_HEAP_TUPLE_HEADER: usize = 23;
-
-impl TupleHeader {
-    /// Reads the fixed header from the first bytes of a tuple (native byte order, as the
-    /// server stores it). `None` when fewer than [`SIZEOF_HEAP_TUPLE_HEADER`] bytes.
-    pub fn parse(b: &[u8]) -> Option<Self> {
-        if b.len() < SIZEOF_HEAP_TUPLE_HEADER {
-            return None;
-        }
-        let u32_at = |o: usize| u32::from_ne_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-        let u16_at = |o: usize| u16::from_ne_bytes([b[o], b[o + 1]]);
-        Some(TupleHeader {
-            raw_xmin: u32_at(0),
-            raw_xmax: u32_at(4),
-            raw_cid: u32_at(8),
-            ctid: (((u16_at(12) as u32) << 16) | u16_at(14) as u32, u16_at(16)),
-            infomask2: u16_at(18),
-            infomask: u16_at(20),
-            hoff: b[22],
-        })
-    }
-
-    /// A header with only what a what-if needs.
-    pub fn with(raw_xmin: TransactionId, raw_xmax: TransactionId, infomask: u16) -> Self {
-        TupleHeader {
-            raw_xmin,
-            raw_xmax,
-            infomask,
-            ..TupleHeader::default()
-        }
-    }
-
-    /// Re-runs htup_details.h HeapTupleHeaderXminCommitted.
-    pub fn xmin_committed(&self) -> bool {
-        self.infomask & HEAP_XMIN_COMMITTED != 0
-    }
-
-    /// Re-runs htup_details.h HeapTupleHeaderXminInvalid: the invalid hint alone (a
-    /// frozen tuple carries both hints and is not invalid).
-    pub fn xmin_invalid(&self) -> bool {
-        self.infomask & HEAP_XMIN_FROZEN == HEAP_XMIN_INVALID
-    }
-
-    /// Re-runs htup_details.h HeapTupleHeaderXminFrozen.
-    pub fn xmin_frozen(&self) -> bool {
-        self.infomask & HEAP_XMIN_FROZEN == HEAP_XMIN_FROZEN
-    }
-
-    /// Re-runs htup_details.h HeapTupleHeaderGetXmin: FrozenTransactionId for a frozen
-    /// tuple, the stored xmin otherwise.
-    pub fn xmin(&self) -> TransactionId {
-        if self.xmin_frozen() {
-            FROZEN_TRANSACTION_ID
-        } else {
-            self.raw_xmin
-        }
-    }
-
-    /// Re-runs htup_details.h HEAP_XMAX_IS_LOCKED_ONLY on this tuple's infomask.
-    pub fn xmax_is_locked_only(&self) -> bool {
-        xmax_is_locked_only(self.infomask)
-    }
-
-    /// `HEAP_XMAX_IS_MULTI`.
-    pub fn xmax_is_multi(&self) -> bool {
-        self.infomask & HEAP_XMAX_IS_MULTI != 0
-    }
-
-    /// Whether the server would ask for the update xid of a multixact xmax here
-    /// (HeapTupleSatisfiesHistoricMVCC does once the xmax is neither invalid nor a
-    /// mere lock).
-    pub fn has_multi_updater(&self) -> bool {
-        self.infomask & HEAP_XMAX_INVALID == 0
-            && !self.xmax_is_locked_only()
-            && self.xmax_is_multi()
-    }
-
-    /// The set flags of `t_infomask` and `t_infomask2` by name.
-    pub fn flag_names(&self) -> Vec<&'static str> {
-        let mut v: Vec<&'static str> = INFOMASK_NAMES
-            .iter()
-            .filter(|(bit, _)| self.infomask & bit != 0)
-            .map(|(_, n)| *n)
-            .collect();
-        v.extend(
-            INFOMASK2_NAMES
-                .iter()
-                .filter(|(bit, _)| self.infomask2 & bit != 0)
-                .map(|(_, n)| *n),
-        );
-        v
-    }
-}
-
-/// Re-runs htup_details.h HEAP_XMAX_IS_LOCKED_ONLY: the xmax only locks the tuple (the
-/// lock-only bit, or an exclusive lock that is not a multixact).
-pub fn xmax_is_locked_only(mask: u16) -> bool {
-    mask & HEAP_XMAX_LOCK_ONLY != 0
-        || mask & (HEAP_XMAX_IS_MULTI | HEAP_LOCK_MASK) == HEAP_XMAX_EXCL_LOCK
-}
-
-/// A catalog snapshot of logical decoding (`SNAPSHOT_HISTORIC_MVCC`).
-///
-/// `xip` holds the xids to treat as committed between xmin and xmax (the builder's
-/// committed catalog-modifying transactions), `subxip` the decoding transaction's own
-/// xids (top level and subtransactions). Both are kept sorted with xidComparator so
-/// that membership tests behave as the server's bsearch does.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct HistoricSnapshot {
-    pub xmin: TransactionId,
-    pub xmax: TransactionId,
-    pub xip: Vec<TransactionId>,
-    pub subxip: Vec<TransactionId>,
-    pub curcid: CommandId,
-    /// Whether ReorderBufferCopySnap made this a private copy for one transaction.
-    pub copied: bool,
-}
-
-fn sorted(v: &[TransactionId]) -> Vec<TransactionId> {
-    let mut v = v.to_vec();
-    v.sort_by(xid::xid_comparator);
-    v
-}
-
-impl HistoricSnapshot {
-    /// Re-runs snapbuild.c SnapBuildBuildSnapshot: the builder's xmin and xmax, its
-    /// committed xids sorted for bsearch, no own xids, and `curcid` FirstCommandId.
-    pub fn build(xmin: TransactionId, xmax: TransactionId, committed: &[TransactionId]) -> Self {
-        HistoricSnapshot {
-            xmin,
-            xmax,
-            xip: sorted(committed),
-            subxip: Vec::new(),
-            curcid: FIRST_COMMAND_ID,
-            copied: false,
-        }
-    }
-
-    /// A snapshot from explicit fields (a what-if); both arrays get sorted the way the
-    /// server sorts them before it searches them.
-    pub fn from_parts(
-        xmin: TransactionId,
-        xmax: TransactionId,
-        xip: &[TransactionId],
-        subxip: &[TransactionId],
-        curcid: CommandId,
-    ) -> Self {
-        HistoricSnapshot {
-            xmin,
-            xmax,
-            xip: sorted(xip),
-            subxip: sorted(subxip),
-            curcid,
-            copied: !subxip.is_empty(),
-        }
-    }
-
-    /// Re-runs reorderbuffer.c ReorderBufferCopySnap: a private copy for the decoding
-    /// transaction `top` whose `subxip` lists `top` and its (not aborted)
-    /// subtransactions, sorted, and whose `curcid` is `cid`.
-    pub fn copy_for(&self, top: TransactionId, subxacts: &[TransactionId], cid: CommandId) -> Self {
-        let mut sub = Vec::with_capacity(subxacts.len() + 1);
-        sub.push(top);
-        sub.extend_from_slice(subxacts);
-        HistoricSnapshot {
-            xmin: self.xmin,
-            xmax: self.xmax,
-            xip: self.xip.clone(),
-            subxip: sorted(&sub),
-            curcid: cid,
-            copied: true,
-        }
-    }
-
-    /// heapam_visibility.c TransactionIdInArray over `xip`.
-    pub fn in_xip(&self, x: TransactionId) -> bool {
-        in_array(x, &self.xip)
-    }
-
-    /// heapam_visibility.c TransactionIdInArray over `subxip`.
-    pub fn in_subxip(&self, x: TransactionId) -> bool {
-        in_array(x, &self.subxip)
-    }
-}
-
-/// Binary search in an array sorted with xidComparator (plain unsigned order).
-fn in_array(x: TransactionId, sorted: &[TransactionId]) -> bool {
-    !sorted.is_empty() && sorted.binary_search(&x).is_ok()
-}
-
-/// A `RelFileLocator` (`RelFileNode` up to 15): tablespace, database, relfilenumber.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-pub struct RelFileLocator {
-    pub spc_oid: u32,
-    pub db_oid: u32,
-    pub rel_number: u32,
-}
-
-/// The key of the tuple-cid map: where the tuple lives (reorderbuffer.c
-/// ReorderBufferTupleCidKey).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-pub struct TupleCidKey {
-    pub locator: RelFileLocator,
-    pub block: u32,
-    pub offset: u16,
-}
-
-/// One entry of the tuple-cid map (reorderbuffer.c ReorderBufferTupleCidEnt).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct TupleCidEnt {
-    pub cmin: CommandId,
-    pub cmax: CommandId,
-    pub combocid: CommandId,
-}
-
-/// One NEW_CID record's contribution to its top-level transaction's tuple-cid list
-/// (reorderbuffer.c ReorderBufferAddNewTupleCids).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct TupleCid {
-    pub lsn: crate::lsn::Lsn,
-    pub key: TupleCidKey,
-    pub cmin: CommandId,
-    pub cmax: CommandId,
-    pub combocid: CommandId,
-}
-
-/// The tuple-cid map of one decoding transaction.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TupleCidHash {
-    map: HashMap<TupleCidKey, TupleCidEnt>,
-}
-
-impl TupleCidHash {
-    /// Re-runs reorderbuffer.c ReorderBufferBuildTupleCidHash over the transaction's
-    /// tuple-cid list, in list order: the first entry of a tuple gives cmin, later ones
-    /// only replace cmax.
-    pub fn build(entries: &[TupleCid]) -> Self {
-        let mut map: HashMap<TupleCidKey, TupleCidEnt> = HashMap::with_capacity(entries.len());
-        for e in entries {
-            map.entry(e.key)
-                .and_modify(|ent| ent.cmax = e.cmax)
-                .or_insert(TupleCidEnt {
-                    cmin: e.cmin,
-                    cmax: e.cmax,
-                    combocid: e.combocid,
-                });
-        }
-        TupleCidHash { map }
-    }
-
-    /// One entry for one key (a what-if).
-    pub fn single(key: TupleCidKey, ent: TupleCidEnt) -> Self {
-        let mut map = HashMap::new();
-        map.insert(key, ent);
-        TupleCidHash { map }
-    }
-
-    pub fn get(&self, key: &TupleCidKey) -> Option<TupleCidEnt> {
-        self.map.get(key).copied()
-    }
-
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
-    /// Re-runs reorderbuffer.c ApplyLogicalMappingFile for one file's records: a tuple
-    /// the map knows at its old place is also known at its new place (an entry already
-    /// at the new place is kept).
-    pub fn apply_mappings(&mut self, records: &[RewriteMapping]) {
-        for m in records {
-            if let Some(ent) = self.map.get(&m.old).copied() {
-                self.map.entry(m.new).or_insert(ent);
-            }
-        }
-    }
-}
-
-/// One record of a logical rewrite mapping file (access/rewriteheap.h
-/// LogicalRewriteMappingData): a tuple's place before and after a heap rewrite.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct RewriteMapping {
-    pub old: TupleCidKey,
-    pub new: TupleCidKey,
-}
-
-/// `sizeof(LogicalRewriteMappingData)`: two locators and two item pointers.
-pub const REWRITE_MAPPING_SIZE: usize = 36;
-
-/// A mapping file's name fields (rewriteheap.h LOGICAL_REWRITE_FORMAT
-/// `map-%x-%x-%X_%X-%x-%x`).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct MappingFileName {
-    pub name: String,
-    pub db_oid: u32,
-    pub rel_oid: u32,
-    pub lsn: crate::lsn::Lsn,
-    /// The xid the mappings are for (a tuple's xmin or xmax).
-    pub mapped_xid: TransactionId,
-    /// The xid of the transaction that rewrote the heap.
-    pub create_xid: TransactionId,
-}
-
-/// Parses a mapping file name the way reorderbuffer.c UpdateLogicalMappings scans it
-/// (six hexadecimal numbers after `map-`, separated by `-`, `-`, `_`, `-`, `-`;
-/// anything after the sixth is ignored, as sscanf ignores it). `None` if it does not
-/// scan.
-pub fn parse_mapping_file_name(name: &str) -> Option<MappingFileName> {
-    let mut rest = name.strip_prefix("map-")?.as_bytes();
-    let mut nums = [0u32; 6];
-    let seps = [b'-', b'-', b'_', b'-', b'-'];
-    for (i, n) in nums.iter_mut().enumerate() {
-        let digits = rest.iter().take_while(|b| b.is_ascii_hexdigit()).count();
-        if digits == 0 {
-            return None;
-        }
-        let text = std::str::from_utf8(&rest[..digits]).ok()?;
-        // sscanf's %x wraps like strtoul on overflow; real names never overflow.
-        *n = u64::from_str_radix(text.get(text.len().saturating_sub(16)..)?, 16).ok()? as u32;
-        rest = &rest[digits..];
-        if i < 5 {
-            if rest.first() != Some(&seps[i]) {
-                return None;
-            }
-            rest = &rest[1..];
-        }
-    }
-    Some(MappingFileName {
-        name: name.to_owned(),
-        db_oid: nums[0],
-        rel_oid: nums[1],
-        lsn: crate::lsn::Lsn(((nums[2] as u64) << 32) | nums[3] as u64),
-        mapped_xid: nums[4],
-        create_xid: nums[5],
-    })
-}
-
-/// Decodes a mapping file's contents: consecutive LogicalRewriteMappingData records in
-/// native byte order. A trailing partial record is the error the server raises
-/// ("read N instead of 36 bytes"), reported after the whole records (which the server
-/// has applied by then).
-pub fn parse_mapping_records(bytes: &[u8]) -> (Vec<RewriteMapping>, Option<usize>) {
-    let u32_at = |b: &[u8], o: usize| u32::from_ne_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-    let u16_at = |b: &[u8], o: usize| u16::from_ne_bytes([b[o], b[o + 1]]);
-    let loc = |b: &[u8], o: usize| RelFileLocator {
-        spc_oid: u32_at(b, o),
-        db_oid: u32_at(b, o + 4),
-        rel_number: u32_at(b, o + 8),
-    };
-    let tid = |b: &[u8], o: usize| {
-        (
-            ((u16_at(b, o) as u32) << 16) | u16_at(b, o + 2) as u32,
-            u16_at(b, o + 4),
-        )
-    };
-    let chunks = bytes.chunks_exact(REWRITE_MAPPING_SIZE);
-    let partial = (!chunks.remainder().is_empty()).then_some(chunks.remainder().len());
-    let v = chunks
-        .map(|b| {
-            let (ob, oo) = tid(b, 24);
-            let (nb, no) = tid(b, 30);
-            RewriteMapping {
-                old: TupleCidKey {
-                    locator: loc(b, 0),
-                    block: ob,
-                    offset: oo,
-                },
-                new: TupleCidKey {
-                    locator: loc(b, 12),
-                    block: nb,
-                    offset: no,
-                },
-            }
-        })
-        .collect();
-    (v, partial)
-}
-
-/// A failed server lookup (a mapping file that cannot be listed, read or parsed).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LookupError {
-    /// Could not open, list or read: the server's `errcode_for_file_access` texts.
-    Io(String),
-    /// A name or a length the server refuses.
-    Corrupt(String),
-}
-
-impl LookupError {
-    pub fn message(&self) -> &str {
-        match self {
-            LookupError::Io(m) | LookupError::Corrupt(m) => m,
-        }
-    }
-}
-
-/// What the visibility rules ask of the server: commit-log status, multixact members,
-/// and the heap-rewrite mapping files.
-pub trait ServerLookups {
-    /// transam.c TransactionIdDidCommit.
-    fn did_commit(&mut self, xid: TransactionId) -> bool;
-    /// heapam.c HeapTupleGetUpdateXid: the updating member of a multixact xmax.
-    fn update_xid(&mut self, multi: TransactionId, infomask: u16) -> TransactionId;
-    /// The entries of `pg_logical/mappings` (every name, in directory order).
-    fn mapping_file_names(&mut self) -> Result<Vec<String>, LookupError>;
-    /// The bytes of one mapping file.
-    fn mapping_file(&mut self, name: &str) -> Result<Vec<u8>, LookupError>;
-}
-
-/// The tuple-cid lookups of one scan: the decoding transaction's map (None when
-/// ReorderBufferBuildTupleCidHash leaves it unset) and the relation being scanned.
-#[derive(Clone, Debug, Default)]
-pub struct CidResolver {
-    pub hash: Option<TupleCidHash>,
-    /// `t_tableOid`: the mapping files are per relation.
-    pub rel_oid: u32,
-    /// MyDatabaseId, or 0 for a shared catalog (UpdateLogicalMappings's `dboid`).
-    pub db_oid: u32,
-    /// Mapping files applied so far (for the report).
-    pub applied_files: Vec<String>,
-}
-
-impl CidResolver {
-    /// Re-runs reorderbuffer.c ResolveCminCmaxDuringDecoding for the tuple at `key`:
-    /// no map at all is "unresolved"; a miss applies the relation's rewrite mappings
-    /// (UpdateLogicalMappings) once and looks again.
-    pub fn resolve(
-        &mut self,
-        key: &TupleCidKey,
-        snapshot: &HistoricSnapshot,
-        lookups: &mut dyn ServerLookups,
-    ) -> Result<Option<TupleCidEnt>, LookupError> {
-        if self.hash.is_none() {
-            return Ok(None);
-        }
-        if let Some(e) = self.hash.as_ref().and_then(|h| h.get(key)) {
-            return Ok(Some(e));
-        }
-        self.update_logical_mappings(snapshot, lookups)?;
-        Ok(self.hash.as_ref().and_then(|h| h.get(key)))
-    }
-
-    /// The entry the map holds for `key` now, without touching the mapping files.
-    pub fn peek(&self, key: &TupleCidKey) -> Option<TupleCidEnt> {
-        self.hash.as_ref().and_then(|h| h.get(key))
-    }
-
-    /// Re-runs reorderbuffer.c UpdateLogicalMappings: every `map-` file of this
-    /// database and relation whose rewriting transaction committed and whose mapped
-    /// xid is one of the decoding transaction's, applied in LSN order.
-    pub fn update_logical_mappings(
-        &mut self,
-        snapshot: &HistoricSnapshot,
-        lookups: &mut dyn ServerLookups,
-    ) -> Result<(), LookupError> {
-        let mut files = Vec::new();
-        for name in lookups.mapping_file_names()? {
-            if name == "." || name == ".." || !name.starts_with("map-") {
-                continue;
-            }
-            let f = parse_mapping_file_name(&name).ok_or_else(|| {
-                LookupError::Corrupt(format!("could not parse filename \"{name}\""))
-            })?;
-            if f.db_oid != self.db_oid || f.rel_oid != self.rel_oid {
-                continue;
-            }
-            if !lookups.did_commit(f.create_xid) {
-                continue;
-            }
-            if !snapshot.in_subxip(f.mapped_xid) {
-                continue;
-            }
-            files.push(f);
-        }
-        files.sort_by_key(|f| f.lsn);
-        for f in files {
-            let bytes = lookups.mapping_file(&f.name)?;
-            let (records, partial) = parse_mapping_records(&bytes);
-            if let Some(h) = self.hash.as_mut() {
-                h.apply_mappings(&records);
-            }
-            if let Some(n) = partial {
-                return Err(LookupError::Io(format!(
-                    "could not read from file \"pg_logical/mappings/{}\": read {n} instead of {REWRITE_MAPPING_SIZE} bytes",
-                    f.name
-                )));
-            }
-            self.applied_files.push(f.name);
-        }
-        Ok(())
-    }
-}
+use crate::include::htup_details::infomask::*;
+use crate::include::htup_details::TupleHeader;
+use crate::include::reorderbuffer::{TupleCidEnt, TupleCidKey};
+use crate::include::server_lookups::{LookupError, ServerLookups};
+use crate::include::snapshot::{HistoricSnapshot, INVALID_COMMAND_ID};
+use crate::include::transam::{self, TransactionId};
+use crate::replication::reorderbuffer::CidResolver;
 
 /// Which test decided the inserting side of HeapTupleSatisfiesHistoricMVCC.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -812,7 +231,7 @@ pub fn satisfies_historic_mvcc(
                 }
             }
         }
-    } else if xid::precedes(xmin, snapshot.xmin) {
+    } else if transam::precedes(xmin, snapshot.xmin) {
         if t.xmin_committed() {
             v.xmin_branch = XminBranch::BeforeXminHintCommitted;
             true
@@ -823,7 +242,7 @@ pub fn satisfies_historic_mvcc(
             v.xmin_branch = XminBranch::BeforeXminNotCommitted;
             false
         }
-    } else if xid::follows_or_equals(xmin, snapshot.xmax) {
+    } else if transam::follows_or_equals(xmin, snapshot.xmax) {
         v.xmin_branch = XminBranch::AtOrAfterXmax;
         false
     } else if snapshot.in_xip(xmin) {
@@ -864,7 +283,7 @@ pub fn satisfies_historic_mvcc(
                     }
                 }
             }
-        } else if xid::precedes(xmax, snapshot.xmin) {
+        } else if transam::precedes(xmax, snapshot.xmin) {
             if t.infomask & HEAP_XMAX_COMMITTED != 0 {
                 (false, XmaxBranch::BeforeXminHintCommitted)
             } else if lookups.did_commit(xmax) {
@@ -872,7 +291,7 @@ pub fn satisfies_historic_mvcc(
             } else {
                 (true, XmaxBranch::BeforeXminNotCommitted)
             }
-        } else if xid::follows_or_equals(xmax, snapshot.xmax) {
+        } else if transam::follows_or_equals(xmax, snapshot.xmax) {
             (true, XmaxBranch::AtOrAfterXmax)
         } else if snapshot.in_xip(xmax) {
             (false, XmaxBranch::InXip)
@@ -888,7 +307,10 @@ pub fn satisfies_historic_mvcc(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lsn::Lsn;
+    use crate::include::relfilelocator::RelFileLocator;
+    use crate::include::reorderbuffer::TupleCid;
+    use crate::include::xlogdefs::Lsn;
+    use crate::replication::reorderbuffer::TupleCidHash;
     use std::collections::{BTreeMap, BTreeSet};
 
     /// Server lookups from plain tables.
@@ -987,18 +409,6 @@ mod tests {
                 assert_eq!(v.branch_text(), v.branch_str());
             }
         }
-    }
-
-    #[test]
-    fn build_and_copy_sort_like_the_server() {
-        let s = HistoricSnapshot::build(100, 200, &[170, 150, 4_000_000_000]);
-        assert_eq!(s.xip, vec![150, 170, 4_000_000_000]);
-        assert_eq!(s.curcid, FIRST_COMMAND_ID);
-        assert!(s.subxip.is_empty() && !s.copied);
-        let c = s.copy_for(160, &[190, 165], 7);
-        assert_eq!(c.subxip, vec![160, 165, 190]);
-        assert_eq!((c.curcid, c.copied), (7, true));
-        assert_eq!(c.xip, s.xip);
     }
 
     #[test]
@@ -1292,19 +702,6 @@ mod tests {
     }
 
     #[test]
-    fn mapping_file_names_scan_like_sscanf() {
-        let f = parse_mapping_file_name("map-5-4f9-0_1A2B3C8-a0-a4").unwrap();
-        assert_eq!(
-            (f.db_oid, f.rel_oid, f.lsn, f.mapped_xid, f.create_xid),
-            (5, 0x4f9, Lsn(0x1A2B3C8), 0xa0, 0xa4)
-        );
-        assert!(parse_mapping_file_name("map-5-4f9-0-1A2B3C8-a0-a4").is_none());
-        assert!(parse_mapping_file_name("map-5-4f9-0_1A2B3C8-a0").is_none());
-        assert!(parse_mapping_file_name("mapx-5").is_none());
-        assert!(parse_mapping_file_name("map-5-4f9-0_1A2B3C8-a0-a4.tmp").is_some());
-    }
-
-    #[test]
     fn rewritten_tuples_resolve_through_mapping_files() {
         let old = key(3, 7);
         let moved = TupleCidKey {
@@ -1353,37 +750,5 @@ mod tests {
             e,
             LookupError::Corrupt("could not parse filename \"map-zz\"".into())
         );
-    }
-
-    #[test]
-    fn tuple_cid_hash_keeps_first_cmin_and_last_cmax() {
-        let k = key(1, 1);
-        let h = TupleCidHash::build(&[cid(k, 0, INVALID_COMMAND_ID), cid(k, 0, 2), cid(k, 0, 4)]);
-        assert_eq!(h.get(&k).map(|e| (e.cmin, e.cmax)), Some((0, 4)));
-        assert_eq!(h.len(), 1);
-    }
-
-    #[test]
-    fn header_parse_and_flags() {
-        let mut b = vec![0u8; 24];
-        b[0..4].copy_from_slice(&700u32.to_ne_bytes());
-        b[4..8].copy_from_slice(&701u32.to_ne_bytes());
-        b[8..12].copy_from_slice(&3u32.to_ne_bytes());
-        b[12..14].copy_from_slice(&1u16.to_ne_bytes());
-        b[14..16].copy_from_slice(&2u16.to_ne_bytes());
-        b[16..18].copy_from_slice(&5u16.to_ne_bytes());
-        b[18..20].copy_from_slice(&(HEAP_HOT_UPDATED | 4).to_ne_bytes());
-        b[20..22].copy_from_slice(&(HEAP_XMIN_COMMITTED | HEAP_COMBOCID).to_ne_bytes());
-        b[22] = 24;
-        let t = TupleHeader::parse(&b).unwrap();
-        assert_eq!(
-            (t.raw_xmin, t.raw_xmax, t.raw_cid, t.ctid, t.hoff),
-            (700, 701, 3, (65538, 5), 24)
-        );
-        assert_eq!(
-            t.flag_names(),
-            vec!["HEAP_COMBOCID", "HEAP_XMIN_COMMITTED", "HEAP_HOT_UPDATED"]
-        );
-        assert!(TupleHeader::parse(&b[..22]).is_none());
     }
 }

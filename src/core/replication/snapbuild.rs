@@ -1,67 +1,26 @@
-//! The snapshot builder's state machine: snapbuild.c re-run on decoded records.
+//! Re-runs replication/logical/snapbuild.c: the snapshot builder's state machine on
+//! decoded records.
 //!
-//! [`SnapBuild`] holds what the server's `struct SnapBuild` holds, plus the slice of the
-//! reorder buffer that snapbuild.c consults (which transactions exist, their
-//! subtransactions, and which have catalog changes). Each entry point mirrors one
-//! function of snapbuild.c or decode.c and returns what it decided, so a trace can show
-//! the branch, the texts the server logs, and the xids it would wait for.
+//! [`SnapBuild`] holds what the server's `struct SnapBuild` holds, with the reorder buffer
+//! it consults through `builder->reorder` ([`ReorderModel`]: which transactions exist,
+//! their subtransactions, and which have catalog changes). Each entry point mirrors one
+//! function of snapbuild.c and returns what it decided, so a trace can show the branch,
+//! the texts the server logs, and the xids it would wait for. decode.c's paths that drive
+//! it (DecodeCommit, DecodePrepare, DecodeAbort) are in `replication::decode`, the `.snap`
+//! byte layout in `replication::snapbuild_ondisk`.
 
-use std::collections::{BTreeMap, HashMap};
-
-use crate::historic::{CommandId, HistoricSnapshot, TupleCid};
-use crate::lsn::{snap_file_name, Lsn, INVALID_LSN};
-use crate::ondisk::{OnDiskBuilder, OnDiskError, SnapBuildOnDisk, SNAPBUILD_MAGIC};
-use crate::running_xacts::RunningXacts;
-use crate::version::PgMajor;
-use crate::xid::{self, TransactionId, INVALID_TRANSACTION_ID};
-
-/// snapbuild.h `SnapBuildState`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
-pub enum SnapBuildState {
-    /// `SNAPBUILD_START` (-1).
-    #[serde(rename = "start")]
-    Start,
-    /// `SNAPBUILD_BUILDING_SNAPSHOT` (0).
-    #[serde(rename = "building")]
-    BuildingSnapshot,
-    /// `SNAPBUILD_FULL_SNAPSHOT` (1).
-    #[serde(rename = "full")]
-    FullSnapshot,
-    /// `SNAPBUILD_CONSISTENT` (2).
-    #[serde(rename = "consistent")]
-    Consistent,
-}
-
-impl SnapBuildState {
-    /// From the C enum's integer value.
-    pub fn from_raw(v: i32) -> Option<Self> {
-        match v {
-            -1 => Some(Self::Start),
-            0 => Some(Self::BuildingSnapshot),
-            1 => Some(Self::FullSnapshot),
-            2 => Some(Self::Consistent),
-            _ => None,
-        }
-    }
-    /// The C enum's integer value.
-    pub fn raw(self) -> i32 {
-        match self {
-            Self::Start => -1,
-            Self::BuildingSnapshot => 0,
-            Self::FullSnapshot => 1,
-            Self::Consistent => 2,
-        }
-    }
-    /// The name contrib pg_logicalinspect prints: `start|building|full|consistent`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Start => "start",
-            Self::BuildingSnapshot => "building",
-            Self::FullSnapshot => "full",
-            Self::Consistent => "consistent",
-        }
-    }
-}
+use crate::include::heapam_xlog::NewCid;
+use crate::include::reorderbuffer::TupleCid;
+use crate::include::snapbuild::{BuiltSnapshot, SnapBuildState, SnapshotOrigin};
+use crate::include::snapshot::HistoricSnapshot;
+use crate::include::standbydefs::RunningXacts;
+use crate::include::transam::{self, TransactionId, INVALID_TRANSACTION_ID};
+use crate::include::version::PgMajor;
+use crate::include::xlogdefs::{Lsn, INVALID_LSN};
+use crate::replication::reorderbuffer::ReorderModel;
+use crate::replication::snapbuild_ondisk::{
+    snap_file_name, OnDiskBuilder, OnDiskError, SnapBuildOnDisk, SNAPBUILD_MAGIC,
+};
 
 /// Which way SnapBuildFindSnapshot (or the code around it) went on one record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -170,423 +129,6 @@ pub struct BuilderParams {
     pub two_phase_at: Lsn,
 }
 
-/// A transaction as the reorder buffer knows it, as far as snapbuild.c cares.
-#[derive(Clone, Debug, Default)]
-struct Txn {
-    /// Top-level xid if this is an assigned subtransaction.
-    top: Option<TransactionId>,
-    /// `RBTXN_HAS_CATALOG_CHANGES`.
-    catalog_changes: bool,
-    /// Assigned subtransactions (for top-level ones).
-    subxacts: Vec<TransactionId>,
-    /// Its key in `ReorderModel::toplevel` while top-level: the order of `first_lsn`,
-    /// which records are read in.
-    seq: u64,
-    /// `restart_decoding_lsn`: the last serialization point before it began.
-    restart_decoding_lsn: Lsn,
-    /// `base_snapshot_lsn` and the xmin of `base_snapshot`, once a change was decoded.
-    base_snapshot: Option<(Lsn, TransactionId)>,
-    /// `tuplecids` (top-level transactions): the NEW_CID mappings, in record order.
-    tuplecids: Vec<TupleCid>,
-    /// The command ids queued for this (sub)transaction by ReorderBufferAddNewCommandId,
-    /// with the LSN of the record that queued each.
-    command_ids: Vec<(Lsn, CommandId)>,
-    /// `final_lsn` as ReorderBufferRememberPrepareInfo sets it: the PREPARE record's LSN,
-    /// once a two-phase decoder read it.
-    prepare_lsn: Option<Lsn>,
-}
-
-/// How the reorder buffer last saw a transaction (for [`DecodingTxn`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub enum TxnStatus {
-    /// Known and not yet finished.
-    InProgress,
-    /// Its commit (or COMMIT PREPARED) record was decoded at this LSN.
-    Committed(Lsn),
-    /// Its abort (or ROLLBACK PREPARED) record was decoded at this LSN.
-    Aborted(Lsn),
-    /// Dropped by ReorderBufferAbortOld at the RUNNING_XACTS record at this LSN.
-    ForgottenAsOld(Lsn),
-    /// No record of it was decoded.
-    Unknown,
-}
-
-impl DecodingTxn {
-    /// The command id ReorderBufferProcessTXN has reached once it replayed the
-    /// transaction's changes up to and including the record at `upto`: the largest
-    /// command-id change queued at or before it (replay keeps the running maximum),
-    /// `None` before the first.
-    pub fn command_id_upto(&self, upto: Lsn) -> Option<CommandId> {
-        self.command_ids
-            .iter()
-            .filter(|c| c.0 <= upto)
-            .map(|c| c.1)
-            .max()
-    }
-}
-
-impl TxnStatus {
-    pub fn label(self) -> String {
-        match self {
-            TxnStatus::InProgress => "in progress".into(),
-            TxnStatus::Committed(l) => format!("committed at {l}"),
-            TxnStatus::Aborted(l) => format!("aborted at {l}"),
-            TxnStatus::ForgottenAsOld(l) => format!("forgotten as old at {l}"),
-            TxnStatus::Unknown => "unknown".into(),
-        }
-    }
-}
-
-/// What ReorderBufferProcessTXN would start from for one top-level transaction: the
-/// inputs of ReorderBufferCopySnap and ReorderBufferBuildTupleCidHash.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct DecodingTxn {
-    /// The top-level xid (the one asked for, or its parent).
-    pub top: TransactionId,
-    /// Its subtransactions still attached (aborted ones are gone).
-    pub subxacts: Vec<TransactionId>,
-    /// The command ids queued for it and its attached subtransactions, with the LSN of
-    /// the NEW_CID record that queued each (those of aborted subtransactions are gone
-    /// with them), in LSN order.
-    pub command_ids: Vec<(Lsn, CommandId)>,
-    /// `RBTXN_HAS_CATALOG_CHANGES` of the top-level transaction.
-    pub catalog_changes: bool,
-    /// Its tuple-cid list.
-    pub tuplecids: Vec<TupleCid>,
-    pub status: TxnStatus,
-}
-
-/// The part of reorderbuffer.c the builder depends on: known transactions in
-/// first-seen order, their subtransactions, catalog-change flags and base snapshots.
-#[derive(Clone, Debug, Default)]
-pub struct ReorderModel {
-    txns: HashMap<TransactionId, Txn>,
-    /// Top-level xids in first-LSN order (`toplevel_by_lsn`), keyed by a first-seen
-    /// counter so that removing one is O(log n), as the server's list removal is O(1).
-    toplevel: BTreeMap<u64, TransactionId>,
-    next_seq: u64,
-    /// The transaction whose state is kept when the reorder buffer lets go of it, for a
-    /// question asked about it later (a top-level xid or one of its subtransactions).
-    /// `None` keeps nothing: the model then holds only what the server's reorder buffer
-    /// holds, and a trace's memory does not grow with the WAL it reads.
-    pub remember: Option<TransactionId>,
-    /// `current_restart_decoding_lsn`: set at each serialization or restore.
-    pub current_restart_decoding_lsn: Lsn,
-    /// Top-level transactions the reorder buffer has let go of, as they were just before
-    /// (commit, abort, ReorderBufferAbortOld), so that a later question about them can
-    /// be answered; keyed by top-level xid, with their subtransactions pointing there.
-    finished: HashMap<TransactionId, DecodingTxn>,
-    finished_sub: HashMap<TransactionId, TransactionId>,
-}
-
-impl ReorderModel {
-    /// Re-runs reorderbuffer.c ReorderBufferProcessXid: make sure `xid` is known
-    /// (created with the current restart point; records arrive in LSN order, so a
-    /// first-seen counter stands for `first_lsn`).
-    pub fn process_xid(&mut self, xid: TransactionId, _lsn: Lsn) {
-        if xid::is_valid(xid) && !self.txns.contains_key(&xid) {
-            let seq = self.next_seq;
-            self.next_seq += 1;
-            let t = Txn {
-                seq,
-                restart_decoding_lsn: self.current_restart_decoding_lsn,
-                ..Txn::default()
-            };
-            self.txns.insert(xid, t);
-            self.toplevel.insert(seq, xid);
-        }
-    }
-
-    /// Re-runs reorderbuffer.c ReorderBufferAssignChild (with
-    /// ReorderBufferTransferSnapToParent).
-    pub fn assign_child(&mut self, top: TransactionId, sub: TransactionId, lsn: Lsn) {
-        self.process_xid(top, lsn);
-        if !xid::is_valid(sub) || sub == top {
-            return;
-        }
-        match self.txns.get(&sub).map(|t| t.top) {
-            Some(Some(_)) => return, // already a known subtransaction
-            Some(None) => {
-                if let Some(seq) = self.txns.get(&sub).map(|t| t.seq) {
-                    self.toplevel.remove(&seq);
-                }
-            }
-            None => {
-                let t = Txn {
-                    restart_decoding_lsn: self.current_restart_decoding_lsn,
-                    ..Txn::default()
-                };
-                self.txns.insert(sub, t);
-            }
-        }
-        let (sub_cat, sub_base) = match self.txns.get_mut(&sub) {
-            Some(t) => {
-                t.top = Some(top);
-                (t.catalog_changes, t.base_snapshot.take())
-            }
-            None => (false, None),
-        };
-        if let Some(t) = self.txns.get_mut(&top) {
-            t.subxacts.push(sub);
-            if sub_cat {
-                t.catalog_changes = true;
-            }
-            // The parent takes the subtransaction's base snapshot if it is older.
-            if let Some(sb) = sub_base {
-                if t.base_snapshot.is_none_or(|tb| sb.0 < tb.0) {
-                    t.base_snapshot = Some(sb);
-                }
-            }
-        }
-    }
-
-    fn toplevel_of(&self, x: TransactionId) -> TransactionId {
-        self.txns.get(&x).and_then(|t| t.top).unwrap_or(x)
-    }
-
-    /// Re-runs reorderbuffer.c ReorderBufferXidHasBaseSnapshot (asked of the top-level
-    /// transaction for a known subtransaction).
-    pub fn has_base_snapshot(&self, x: TransactionId) -> bool {
-        self.txns
-            .get(&self.toplevel_of(x))
-            .is_some_and(|t| t.base_snapshot.is_some())
-    }
-
-    /// Re-runs reorderbuffer.c ReorderBufferSetBaseSnapshot.
-    pub fn set_base_snapshot(&mut self, x: TransactionId, lsn: Lsn, snapshot_xmin: TransactionId) {
-        self.process_xid(x, lsn);
-        let top = self.toplevel_of(x);
-        if let Some(t) = self.txns.get_mut(&top) {
-            t.base_snapshot.get_or_insert((lsn, snapshot_xmin));
-        }
-    }
-
-    /// Re-runs reorderbuffer.c ReorderBufferGetOldestXmin: the xmin of the oldest base
-    /// snapshot held, if any.
-    pub fn oldest_xmin(&self) -> Option<TransactionId> {
-        self.txns
-            .values()
-            .filter_map(|t| t.base_snapshot)
-            .min_by_key(|b| b.0)
-            .map(|b| b.1)
-    }
-
-    /// Re-runs reorderbuffer.c ReorderBufferGetOldestTXN: the top-level transaction with
-    /// the lowest first_lsn, as (xid, restart_decoding_lsn).
-    pub fn oldest_txn(&self) -> Option<(TransactionId, Lsn)> {
-        let (_, x) = self.toplevel.first_key_value()?;
-        self.txns.get(x).map(|t| (*x, t.restart_decoding_lsn))
-    }
-
-    /// Re-runs reorderbuffer.c ReorderBufferXidSetCatalogChanges: flags `xid` and,
-    /// for a subtransaction, its top-level transaction.
-    pub fn set_catalog_changes(&mut self, xid: TransactionId, lsn: Lsn) {
-        self.process_xid(xid, lsn);
-        let top = self.txns.get(&xid).and_then(|t| t.top);
-        if let Some(t) = self.txns.get_mut(&xid) {
-            t.catalog_changes = true;
-        }
-        if let Some(top) = top {
-            if let Some(t) = self.txns.get_mut(&top) {
-                t.catalog_changes = true;
-            }
-        }
-    }
-
-    /// Re-runs reorderbuffer.c ReorderBufferXidHasCatalogChanges.
-    pub fn has_catalog_changes(&self, xid: TransactionId) -> bool {
-        self.txns.get(&xid).is_some_and(|t| t.catalog_changes)
-    }
-
-    /// Whether `xid` is known at all (ReorderBufferTXNByXid without create).
-    pub fn knows(&self, xid: TransactionId) -> bool {
-        self.txns.contains_key(&xid)
-    }
-
-    /// Re-runs reorderbuffer.c ReorderBufferRememberPrepareInfo: a known transaction
-    /// remembers its PREPARE record's LSN; false (nothing done) when `xid` is unknown.
-    pub fn remember_prepare_info(&mut self, xid: TransactionId, lsn: Lsn) -> bool {
-        match self.txns.get_mut(&xid) {
-            Some(t) => {
-                t.prepare_lsn = Some(lsn);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// The PREPARE LSN a two-phase decoder remembered for `xid` (`final_lsn`, invalid
-    /// when it never read the PREPARE).
-    pub fn prepare_lsn(&self, xid: TransactionId) -> Lsn {
-        self.txns
-            .get(&xid)
-            .and_then(|t| t.prepare_lsn)
-            .unwrap_or(Lsn(0))
-    }
-
-    /// Re-runs reorderbuffer.c ReorderBufferCleanupTXN for `xid` (and its subxacts).
-    pub fn cleanup(&mut self, xid: TransactionId) {
-        if let Some(t) = self.txns.remove(&xid) {
-            for s in t.subxacts {
-                self.txns.remove(&s);
-            }
-            match t.top {
-                Some(top) => {
-                    if let Some(tt) = self.txns.get_mut(&top) {
-                        tt.subxacts.retain(|x| *x != xid);
-                    }
-                }
-                None => {
-                    self.toplevel.remove(&t.seq);
-                }
-            }
-        }
-    }
-
-    /// Re-runs reorderbuffer.c ReorderBufferAddNewTupleCids: append a NEW_CID mapping to
-    /// the list of top-level transaction `top` (created if unknown).
-    pub fn add_new_tuple_cids(&mut self, top: TransactionId, lsn: Lsn, c: TupleCid) {
-        if !xid::is_valid(top) {
-            return;
-        }
-        self.process_xid(top, lsn);
-        if let Some(t) = self.txns.get_mut(&top) {
-            t.tuplecids.push(c);
-        }
-    }
-
-    /// Re-runs reorderbuffer.c ReorderBufferAddNewCommandId: queue command id `cid` for
-    /// `xid` (its own queue, merged into the top level's at replay).
-    pub fn add_new_command_id(&mut self, x: TransactionId, lsn: Lsn, cid: CommandId) {
-        if !xid::is_valid(x) {
-            return;
-        }
-        self.process_xid(x, lsn);
-        if let Some(t) = self.txns.get_mut(&x) {
-            t.command_ids.push((lsn, cid));
-        }
-    }
-
-    /// The inputs ReorderBufferProcessTXN would use for `x`'s top-level transaction now:
-    /// its attached subtransactions, the command ids queued for any of them, the
-    /// catalog-change flag and the tuple-cid list. `extra_subxacts` are xids a
-    /// commit record lists (ReorderBufferCommitChild attaches the known ones).
-    fn view(
-        &self,
-        top: TransactionId,
-        extra_subxacts: &[TransactionId],
-        status: TxnStatus,
-    ) -> Option<DecodingTxn> {
-        let t = self.txns.get(&top)?;
-        let mut subxacts = t.subxacts.clone();
-        for s in extra_subxacts {
-            if self.txns.contains_key(s) && !subxacts.contains(s) {
-                subxacts.push(*s);
-            }
-        }
-        let mut command_ids = t.command_ids.clone();
-        for s in &subxacts {
-            if let Some(st) = self.txns.get(s) {
-                command_ids.extend_from_slice(&st.command_ids);
-            }
-        }
-        command_ids.sort_by_key(|c| c.0);
-        Some(DecodingTxn {
-            top,
-            subxacts,
-            command_ids,
-            catalog_changes: t.catalog_changes,
-            tuplecids: t.tuplecids.clone(),
-            status,
-        })
-    }
-
-    /// What the reorder buffer holds (or last held) for the transaction `x` (a top-level
-    /// xid or one of its subtransactions).
-    pub fn decoding_txn(&self, x: TransactionId) -> DecodingTxn {
-        if self.txns.contains_key(&x) {
-            let top = self.toplevel_of(x);
-            if let Some(v) = self.view(top, &[], TxnStatus::InProgress) {
-                return v;
-            }
-        }
-        let top = self.finished_sub.get(&x).copied().unwrap_or(x);
-        if let Some(v) = self.finished.get(&top) {
-            return v.clone();
-        }
-        DecodingTxn {
-            top: x,
-            subxacts: Vec::new(),
-            command_ids: Vec::new(),
-            catalog_changes: false,
-            tuplecids: Vec::new(),
-            status: TxnStatus::Unknown,
-        }
-    }
-
-    /// Keeps what the top-level transaction `x` holds before the reorder buffer lets go
-    /// of it (nothing for a subtransaction or an unknown xid).
-    pub fn remember_finished(
-        &mut self,
-        x: TransactionId,
-        subxacts: &[TransactionId],
-        status: TxnStatus,
-    ) {
-        let Some(r) = self.remember else { return };
-        if self.txns.get(&x).is_none_or(|t| t.top.is_some()) {
-            return;
-        }
-        let concerns = r == x
-            || subxacts.contains(&r)
-            || self.txns.get(&x).is_some_and(|t| t.subxacts.contains(&r));
-        if !concerns {
-            return;
-        }
-        if let Some(v) = self.view(x, subxacts, status) {
-            for s in &v.subxacts {
-                self.finished_sub.insert(*s, x);
-            }
-            self.finished.insert(x, v);
-        }
-    }
-
-    /// Re-runs reorderbuffer.c ReorderBufferAbortOld: drop top-level transactions older
-    /// than `oldest_running_xid`, in first-LSN order, stopping at the first that is not.
-    pub fn abort_old(&mut self, oldest_running_xid: TransactionId, lsn: Lsn) {
-        while let Some((_, &first)) = self.toplevel.first_key_value() {
-            if xid::precedes(first, oldest_running_xid) {
-                self.remember_finished(first, &[], TxnStatus::ForgottenAsOld(lsn));
-                self.cleanup(first);
-            } else {
-                break;
-            }
-        }
-    }
-
-    /// Re-runs reorderbuffer.c ReorderBufferGetCatalogChangesXacts: every known
-    /// transaction flagged with catalog changes, sorted with xidComparator.
-    pub fn catalog_changes_xacts(&self) -> Vec<TransactionId> {
-        let mut v: Vec<_> = self
-            .txns
-            .iter()
-            .filter(|(_, t)| t.catalog_changes)
-            .map(|(x, _)| *x)
-            .collect();
-        v.sort_by(xid::xid_comparator);
-        v
-    }
-
-    /// Number of transactions held (for memory accounting in traces).
-    pub fn len(&self) -> usize {
-        self.txns.len()
-    }
-
-    /// Whether no transaction is held.
-    pub fn is_empty(&self) -> bool {
-        self.txns.is_empty()
-    }
-}
-
 /// What SnapBuildCommitTxn decided for one commit.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum CommitVerdict {
@@ -599,85 +141,6 @@ pub enum CommitVerdict {
     NotCatalogChanging,
     /// Added to `committed` (time travel); `xmax_advanced` says whether xmax moved.
     Timetravel { xmax_advanced: bool, forced: bool },
-}
-
-/// What decode.c did with a commit, an abort or a PREPARE of a prepared transaction, and
-/// so which output plugin callbacks ran ([`DecodeVerdict::sends`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub enum DecodeVerdict {
-    /// xact_decode bails out before FULL_SNAPSHOT.
-    NotSeenBeforeFull,
-    /// DecodeTXNNeedSkip: the record lies before start_decoding_at.
-    SkippedBeforeStartDecodingAt,
-    /// DecodeTXNNeedSkip: the transaction belongs to another database.
-    SkippedOtherDatabase,
-    /// ReorderBufferCommit / ReorderBufferRememberPrepareInfo /
-    /// ReorderBufferFinishPrepared: the reorder buffer never saw the transaction.
-    UnknownTransaction,
-    /// ReorderBufferReplay: no base snapshot, no change decoded — nothing to send.
-    NoChanges,
-    /// Sent to the output plugin (BEGIN … COMMIT).
-    Decoded,
-    /// Two-phase decoding, PREPARE: the plugin's filter_prepare callback filtered the gid;
-    /// the transaction is sent as a plain one at COMMIT PREPARED.
-    PrepareFiltered,
-    /// Two-phase decoding, PREPARE before the builder is CONSISTENT
-    /// (ReorderBufferSkipPrepare): sent whole at COMMIT PREPARED if that comes after
-    /// `two_phase_at`.
-    PrepareSkippedNotConsistent,
-    /// Two-phase decoding, PREPARE replayed: BEGIN PREPARE … PREPARE TRANSACTION.
-    Prepared,
-    /// Two-phase decoding, COMMIT PREPARED of a transaction whose PREPARE was decoded:
-    /// ReorderBufferFinishPrepared sends COMMIT PREPARED. (A transaction without changes
-    /// gets it only on 14, see [`PgMajor::finishes_prepared_without_changes`].)
-    ///
-    /// [`PgMajor::finishes_prepared_without_changes`]: crate::version::PgMajor::finishes_prepared_without_changes
-    CommitPrepared,
-    /// Two-phase decoding, COMMIT PREPARED of a transaction prepared before `two_phase_at`:
-    /// ReorderBufferFinishPrepared replays it as a prepared transaction first
-    /// (BEGIN PREPARE … PREPARE TRANSACTION), then sends COMMIT PREPARED.
-    PreparedAndCommitPrepared,
-    /// Two-phase decoding, ROLLBACK PREPARED of a known transaction.
-    RollbackPrepared,
-}
-
-impl DecodeVerdict {
-    /// Short text for the SQL `verdict` column.
-    pub fn label(self) -> &'static str {
-        match self {
-            DecodeVerdict::NotSeenBeforeFull => "skipped: before FULL_SNAPSHOT",
-            DecodeVerdict::SkippedBeforeStartDecodingAt => "skipped: before start_decoding_at",
-            DecodeVerdict::SkippedOtherDatabase => "skipped: other database",
-            DecodeVerdict::UnknownTransaction => "skipped: unknown transaction",
-            DecodeVerdict::NoChanges => "skipped: no decoded changes",
-            DecodeVerdict::Decoded => "decoded",
-            DecodeVerdict::PrepareFiltered => "prepare filtered: decoded at COMMIT PREPARED",
-            DecodeVerdict::PrepareSkippedNotConsistent => "prepare skipped: not yet consistent",
-            DecodeVerdict::Prepared => "prepared",
-            DecodeVerdict::CommitPrepared => "commit prepared",
-            DecodeVerdict::PreparedAndCommitPrepared => "prepared and commit prepared",
-            DecodeVerdict::RollbackPrepared => "rollback prepared",
-        }
-    }
-
-    /// The transaction-ending callbacks of the output plugin this record ran, in order:
-    /// `commit`, `prepare`, `commit_prepared`, `rollback_prepared` (the names of
-    /// OutputPluginCallbacks' `*_cb` members without `_cb`).
-    pub fn sends(self) -> &'static [&'static str] {
-        match self {
-            DecodeVerdict::Decoded => &["commit"],
-            DecodeVerdict::Prepared => &["prepare"],
-            DecodeVerdict::CommitPrepared => &["commit_prepared"],
-            DecodeVerdict::PreparedAndCommitPrepared => &["prepare", "commit_prepared"],
-            DecodeVerdict::RollbackPrepared => &["rollback_prepared"],
-            _ => &[],
-        }
-    }
-
-    /// Whether the output plugin was called for the transaction at this record.
-    pub fn decoded(self) -> bool {
-        !self.sends().is_empty()
-    }
 }
 
 /// What the serialized xmin rests on: the last RUNNING_XACTS the builder processed, and
@@ -708,29 +171,6 @@ pub struct Step {
     /// (lsn, xmin) and LogicalIncreaseRestartDecodingForSlot (lsn, restart_lsn).
     pub candidate_xmin: Option<(Lsn, TransactionId)>,
     pub candidate_restart: Option<(Lsn, Lsn)>,
-}
-
-/// Why the builder built the snapshot it currently hands out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub enum SnapshotOrigin {
-    /// SnapBuildProcessChange: the first decoded change of `xid` found none.
-    FirstChange(TransactionId),
-    /// SnapBuildCommitTxn: the catalog-modifying commit of `xid`.
-    CatalogCommit(TransactionId),
-    /// SnapBuildRestore: a serialized snapshot was adopted.
-    Restored,
-    /// Not built by the replay: SnapBuildBuildSnapshot run on the builder as it stands
-    /// (what SnapBuildGetOrBuildSnapshot would do now).
-    BuiltNow,
-}
-
-/// `builder->snapshot` with its provenance.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct BuiltSnapshot {
-    pub snapshot: HistoricSnapshot,
-    /// The LSN of the record at which it was built (None when [`SnapshotOrigin::BuiltNow`]).
-    pub built_at: Option<Lsn>,
-    pub origin: SnapshotOrigin,
 }
 
 /// A `.snap` lookup for branch b: `Ok(None)` when no file exists (missing_ok), an
@@ -827,7 +267,7 @@ impl SnapBuild {
             .top_xids()
             .iter()
             .copied()
-            .filter(|x| !xid::follows(*x, cutoff))
+            .filter(|x| !transam::follows(*x, cutoff))
             .collect()
     }
 
@@ -917,8 +357,8 @@ impl SnapBuild {
     ) -> Result<(Step, bool), (Step, OnDiskError)> {
         let before = self.state;
         // Pre-filter: the record is older than the xmin horizon we can rely on.
-        if xid::is_normal(self.initial_xmin_horizon)
-            && xid::normal_precedes(running.oldest_running_xid, self.initial_xmin_horizon)
+        if transam::is_normal(self.initial_xmin_horizon)
+            && transam::normal_precedes(running.oldest_running_xid, self.initial_xmin_horizon)
         {
             let mut s = self.step(Branch::XminHorizonTooLow, before);
             s.message = Some(msg(
@@ -962,7 +402,7 @@ impl SnapBuild {
                 Ok(true) => {
                     if self.major.remembers_initial_running_xacts() {
                         let mut v = running.xids.clone();
-                        v.sort_by(xid::xid_comparator);
+                        v.sort_by(transam::xid_comparator);
                         self.initial_running_xacts = v;
                     }
                     let mut s = self.step(Branch::B, before);
@@ -996,7 +436,7 @@ impl SnapBuild {
             s.wait_xids = Self::wait_snapshot_xids(running, running.next_xid);
             Ok((s, true))
         } else if self.state == SnapBuildState::BuildingSnapshot
-            && xid::precedes_or_equals(self.next_phase_at, running.oldest_running_xid)
+            && transam::precedes_or_equals(self.next_phase_at, running.oldest_running_xid)
         {
             // c) BUILDING_SNAPSHOT -> FULL_SNAPSHOT
             self.state = SnapBuildState::FullSnapshot;
@@ -1013,7 +453,7 @@ impl SnapBuild {
             s.wait_xids = Self::wait_snapshot_xids(running, running.next_xid);
             Ok((s, true))
         } else if self.state == SnapBuildState::FullSnapshot
-            && xid::precedes_or_equals(self.next_phase_at, running.oldest_running_xid)
+            && transam::precedes_or_equals(self.next_phase_at, running.oldest_running_xid)
         {
             // c) FULL_SNAPSHOT -> CONSISTENT
             self.state = SnapBuildState::Consistent;
@@ -1047,7 +487,7 @@ impl SnapBuild {
         if b.state < SnapBuildState::Consistent.raw() {
             return Ok(false);
         }
-        if xid::precedes(b.xmin, self.initial_xmin_horizon) {
+        if transam::precedes(b.xmin, self.initial_xmin_horizon) {
             return Ok(false);
         }
         self.next_phase_at = INVALID_TRANSACTION_ID;
@@ -1148,23 +588,23 @@ impl SnapBuild {
     /// Re-runs snapbuild.c SnapBuildPurgeOlderTxn: forget committed xids older than
     /// xmin (and catchange / initial running xids older than xmin).
     pub fn purge_older_txn(&mut self) {
-        if !xid::is_normal(self.xmin) {
+        if !transam::is_normal(self.xmin) {
             return;
         }
         let xmin = self.xmin;
         self.committed_xip
-            .retain(|x| !xid::normal_precedes(*x, xmin));
+            .retain(|x| !transam::normal_precedes(*x, xmin));
         if !self.catchange_xip.is_empty() {
             let off = self
                 .catchange_xip
                 .iter()
-                .position(|x| xid::follows_or_equals(*x, xmin))
+                .position(|x| transam::follows_or_equals(*x, xmin))
                 .unwrap_or(self.catchange_xip.len());
             self.catchange_xip.drain(..off);
         }
         if !self.initial_running_xacts.is_empty() {
             self.initial_running_xacts
-                .retain(|x| !xid::normal_precedes(*x, xmin));
+                .retain(|x| !transam::normal_precedes(*x, xmin));
         }
     }
 
@@ -1194,166 +634,6 @@ impl SnapBuild {
         list.binary_search(&x).is_ok()
     }
 
-    /// decode.c xact_decode + DecodeCommit + snapbuild.c SnapBuildCommitTxn for a commit
-    /// (record at `lsn`) of `xid` with `subxacts`; `has_invals` is
-    /// `XACT_XINFO_HAS_INVALS`; `db_id` the commit's database (0 if the record has none)
-    /// and `slot_db` the decoding slot's. A COMMIT PREPARED a two-phase decoder did not
-    /// filter goes through [`SnapBuild::decode_commit`] with `two_phase` instead.
-    pub fn commit(
-        &mut self,
-        lsn: Lsn,
-        x: TransactionId,
-        subxacts: &[TransactionId],
-        has_invals: bool,
-        db_id: u32,
-        slot_db: u32,
-    ) -> (CommitVerdict, DecodeVerdict) {
-        self.decode_commit(lsn, x, subxacts, has_invals, db_id, slot_db, false)
-    }
-
-    /// DecodeTXNNeedSkip for a transaction-ending record at `lsn`.
-    fn decode_txn_need_skip(&self, lsn: Lsn, db_id: u32, slot_db: u32) -> Option<DecodeVerdict> {
-        if lsn < self.start_decoding_at {
-            Some(DecodeVerdict::SkippedBeforeStartDecodingAt)
-        } else if db_id != 0 && db_id != slot_db {
-            Some(DecodeVerdict::SkippedOtherDatabase)
-        } else {
-            None
-        }
-    }
-
-    /// decode.c DecodeCommit: SnapBuildCommitTxn, DecodeTXNNeedSkip, then
-    /// ReorderBufferCommit, or with `two_phase` (COMMIT PREPARED, two-phase decoding on, gid
-    /// not filtered) reorderbuffer.c ReorderBufferFinishPrepared against the builder's
-    /// `two_phase_at`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn decode_commit(
-        &mut self,
-        lsn: Lsn,
-        x: TransactionId,
-        subxacts: &[TransactionId],
-        has_invals: bool,
-        db_id: u32,
-        slot_db: u32,
-        two_phase: bool,
-    ) -> (CommitVerdict, DecodeVerdict) {
-        if self.state < SnapBuildState::FullSnapshot {
-            // xact_decode bails out before the builder sees it; the transaction stays in
-            // the reorder buffer until ReorderBufferAbortOld.
-            return (
-                CommitVerdict::NotSeenBeforeFull,
-                DecodeVerdict::NotSeenBeforeFull,
-            );
-        }
-        let v = self.commit_txn(lsn, x, subxacts, has_invals);
-        // DecodeTXNNeedSkip, then ReorderBufferCommitChild and ReorderBufferCommit /
-        // ReorderBufferFinishPrepared.
-        let d = if let Some(skip) = self.decode_txn_need_skip(lsn, db_id, slot_db) {
-            skip
-        } else {
-            for s in subxacts {
-                if self.reorder.knows(*s) {
-                    self.reorder.assign_child(x, *s, lsn);
-                }
-            }
-            if !self.reorder.knows(x) {
-                DecodeVerdict::UnknownTransaction
-            } else if two_phase {
-                if !self.reorder.has_base_snapshot(x) {
-                    // Nothing was (or is now) replayed for it.
-                    if self.major.finishes_prepared_without_changes() {
-                        DecodeVerdict::CommitPrepared
-                    } else {
-                        DecodeVerdict::NoChanges
-                    }
-                } else if self.reorder.prepare_lsn(x) < self.two_phase_at {
-                    // Prepared before two_phase_at (or its PREPARE never read by a
-                    // two-phase decoder): replayed now as a prepared transaction.
-                    DecodeVerdict::PreparedAndCommitPrepared
-                } else {
-                    DecodeVerdict::CommitPrepared
-                }
-            } else if !self.reorder.has_base_snapshot(x) {
-                DecodeVerdict::NoChanges
-            } else {
-                DecodeVerdict::Decoded
-            }
-        };
-        self.reorder
-            .remember_finished(x, subxacts, TxnStatus::Committed(lsn));
-        for s in subxacts {
-            self.reorder.cleanup(*s);
-        }
-        self.reorder.cleanup(x);
-        (v, d)
-    }
-
-    /// decode.c DecodePrepare for the PREPARE (record at `lsn`) of `x` with `subxacts`,
-    /// when two-phase decoding is on and the gid is not filtered (FilterPrepare false):
-    /// ReorderBufferRememberPrepareInfo, then skipped before CONSISTENT or by
-    /// DecodeTXNNeedSkip (ReorderBufferSkipPrepare), else ReorderBufferPrepare. `None`
-    /// before FULL_SNAPSHOT (xact_decode bails out).
-    pub fn decode_prepare(
-        &mut self,
-        lsn: Lsn,
-        x: TransactionId,
-        subxacts: &[TransactionId],
-        db_id: u32,
-        slot_db: u32,
-    ) -> Option<DecodeVerdict> {
-        if self.state < SnapBuildState::FullSnapshot {
-            return None;
-        }
-        if !self.reorder.remember_prepare_info(x, lsn) {
-            return Some(DecodeVerdict::UnknownTransaction);
-        }
-        if self.state < SnapBuildState::Consistent {
-            return Some(DecodeVerdict::PrepareSkippedNotConsistent);
-        }
-        if let Some(skip) = self.decode_txn_need_skip(lsn, db_id, slot_db) {
-            return Some(skip);
-        }
-        for s in subxacts {
-            if self.reorder.knows(*s) {
-                self.reorder.assign_child(x, *s, lsn);
-            }
-        }
-        Some(if self.reorder.has_base_snapshot(x) {
-            DecodeVerdict::Prepared
-        } else {
-            DecodeVerdict::NoChanges
-        })
-    }
-
-    /// decode.c DecodeAbort with `two_phase` set (ROLLBACK PREPARED, two-phase decoding
-    /// on, gid not filtered): unless DecodeTXNNeedSkip, ReorderBufferFinishPrepared sends
-    /// ROLLBACK PREPARED for a known transaction (with changes, except on 14); either way
-    /// the reorder buffer lets go of it. `None` before FULL_SNAPSHOT.
-    pub fn decode_abort_prepared(
-        &mut self,
-        lsn: Lsn,
-        x: TransactionId,
-        subxacts: &[TransactionId],
-        db_id: u32,
-        slot_db: u32,
-    ) -> Option<DecodeVerdict> {
-        if self.state < SnapBuildState::FullSnapshot {
-            return None;
-        }
-        let d = match self.decode_txn_need_skip(lsn, db_id, slot_db) {
-            Some(skip) => skip,
-            None if !self.reorder.knows(x) => DecodeVerdict::UnknownTransaction,
-            None if self.reorder.has_base_snapshot(x)
-                || self.major.finishes_prepared_without_changes() =>
-            {
-                DecodeVerdict::RollbackPrepared
-            }
-            None => DecodeVerdict::NoChanges,
-        };
-        self.abort_at(x, subxacts, lsn);
-        Some(d)
-    }
-
     /// Re-runs snapbuild.c SnapBuildCommitTxn.
     pub fn commit_txn(
         &mut self,
@@ -1368,7 +648,7 @@ impl SnapBuild {
         let mut xmax = x;
         if self.state == SnapBuildState::Start
             || (self.state == SnapBuildState::BuildingSnapshot
-                && xid::precedes(x, self.next_phase_at))
+                && transam::precedes(x, self.next_phase_at))
         {
             if self.start_decoding_at <= lsn {
                 self.start_decoding_at = Lsn(lsn.0 + 1);
@@ -1388,12 +668,12 @@ impl SnapBuild {
                 sub_needs_timetravel = true;
                 needs_snapshot = true;
                 self.add_committed_txn(sub);
-                if xid::normal_follows(sub, xmax) {
+                if transam::normal_follows(sub, xmax) {
                     xmax = sub;
                 }
             } else if needs_timetravel {
                 self.add_committed_txn(sub);
-                if xid::normal_follows(sub, xmax) {
+                if transam::normal_follows(sub, xmax) {
                     xmax = sub;
                 }
             }
@@ -1416,8 +696,8 @@ impl SnapBuild {
             return CommitVerdict::NotCatalogChanging;
         }
         let mut xmax_advanced = false;
-        if !xid::is_valid(self.xmax) || xid::follows_or_equals(xmax, self.xmax) {
-            self.xmax = xid::advance(xmax);
+        if !transam::is_valid(self.xmax) || transam::follows_or_equals(xmax, self.xmax) {
+            self.xmax = transam::advance(xmax);
             xmax_advanced = true;
         }
         if needs_snapshot && self.state >= SnapBuildState::FullSnapshot {
@@ -1435,30 +715,10 @@ impl SnapBuild {
         }
     }
 
-    /// decode.c DecodeAbort: the reorder buffer forgets `xid` and `subxacts`
-    /// (the builder itself is not told; xact_decode bails before FULL_SNAPSHOT).
-    pub fn abort(&mut self, x: TransactionId, subxacts: &[TransactionId]) {
-        self.abort_at(x, subxacts, INVALID_LSN)
-    }
-
-    /// [`SnapBuild::abort`] for an abort record at `lsn` (remembered as the status of a
-    /// top-level transaction).
-    pub fn abort_at(&mut self, x: TransactionId, subxacts: &[TransactionId], lsn: Lsn) {
-        if self.state < SnapBuildState::FullSnapshot {
-            return;
-        }
-        self.reorder
-            .remember_finished(x, subxacts, TxnStatus::Aborted(lsn));
-        for s in subxacts {
-            self.reorder.cleanup(*s);
-        }
-        self.reorder.cleanup(x);
-    }
-
     /// decode.c: HEAP2 NEW_CID (SnapBuildProcessNewCid) and XACT INVALIDATIONS mark
     /// `xid` catalog-modifying — only once the builder is at least FULL_SNAPSHOT.
     pub fn mark_catalog_changes(&mut self, x: TransactionId, lsn: Lsn) {
-        if self.state < SnapBuildState::FullSnapshot || !xid::is_valid(x) {
+        if self.state < SnapBuildState::FullSnapshot || !transam::is_valid(x) {
             return;
         }
         self.reorder.set_catalog_changes(x, lsn);
@@ -1470,7 +730,7 @@ impl SnapBuild {
         if self.state < SnapBuildState::FullSnapshot {
             return false;
         }
-        if self.state < SnapBuildState::Consistent && xid::precedes(x, self.next_phase_at) {
+        if self.state < SnapBuildState::Consistent && transam::precedes(x, self.next_phase_at) {
             return false;
         }
         if !self.reorder.has_base_snapshot(x) {
@@ -1488,7 +748,7 @@ impl SnapBuild {
     /// once the builder is at least FULL_SNAPSHOT): the record's xid gets catalog changes,
     /// its top-level transaction the tuple mapping, and the record's xid the next command
     /// id (one past the larger valid of cmin and cmax).
-    pub fn process_new_cid(&mut self, x: TransactionId, lsn: Lsn, rec: &crate::records::NewCid) {
+    pub fn process_new_cid(&mut self, x: TransactionId, lsn: Lsn, rec: &NewCid) {
         if self.state < SnapBuildState::FullSnapshot {
             return;
         }
@@ -1777,57 +1037,6 @@ mod tests {
         let bytes = f.encode().unwrap();
         assert_eq!(bytes.len(), 144);
         assert!(SnapBuildOnDisk::decode(&bytes, 6).is_ok());
-    }
-
-    #[test]
-    fn catalog_commit_advances_xmax_and_is_purged_later() {
-        let mut b = SnapBuild::new(&params(18));
-        b.process_running_xacts(Lsn(1), &RunningXacts::new(700, 700, &[]), &mut no_file)
-            .unwrap();
-        b.reorder.process_xid(702, Lsn(9));
-        b.mark_catalog_changes(702, Lsn(9));
-        let (v, _) = b.commit(Lsn(10), 702, &[], true, 0, 5);
-        assert_eq!(
-            v,
-            CommitVerdict::Timetravel {
-                xmax_advanced: true,
-                forced: false
-            }
-        );
-        assert_eq!(b.xmax, 703);
-        assert_eq!(b.committed_xip, vec![702]);
-        let (v, _) = b.commit(Lsn(11), 704, &[], false, 0, 5);
-        assert_eq!(v, CommitVerdict::NotCatalogChanging);
-        assert!(!b.includes_all_transactions);
-        b.process_running_xacts(Lsn(20), &RunningXacts::new(705, 705, &[]), &mut no_file)
-            .unwrap();
-        assert!(b.committed_xip.is_empty());
-    }
-
-    #[test]
-    fn subtransaction_catalog_change_forces_parent() {
-        let mut b = SnapBuild::new(&params(18));
-        b.process_running_xacts(Lsn(1), &RunningXacts::new(700, 700, &[]), &mut no_file)
-            .unwrap();
-        b.reorder.assign_child(710, 711, Lsn(2));
-        b.mark_catalog_changes(711, Lsn(3));
-        assert!(b.reorder.has_catalog_changes(710));
-        // Serialized while running: both are in catchange.
-        assert_eq!(b.reorder.catalog_changes_xacts(), vec![710, 711]);
-        b.commit(Lsn(5), 710, &[711], true, 0, 5);
-        assert_eq!(b.committed_xip, vec![711, 710]);
-        assert_eq!(b.xmax, 712);
-        assert!(b.reorder.is_empty());
-    }
-
-    #[test]
-    fn abort_old_stops_at_first_young_transaction() {
-        let mut r = ReorderModel::default();
-        r.process_xid(10, Lsn(1));
-        r.process_xid(30, Lsn(2));
-        r.process_xid(20, Lsn(3));
-        r.abort_old(25, Lsn(9));
-        assert_eq!(r.len(), 2); // 20 survives behind 30
     }
 
     #[test]

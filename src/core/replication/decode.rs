@@ -1,17 +1,127 @@
-//! Feeds decoded WAL records through [`SnapBuild`] the way decode.c
-//! LogicalDecodingProcessRecord dispatches them, and turns each interesting step into a
-//! [`TraceRow`]. Also compares a predicted `.snap` with one the server wrote.
+//! Re-runs replication/logical/decode.c: LogicalDecodingProcessRecord's dispatch of
+//! each decoded WAL record to the snapshot builder and the reorder buffer
+//! ([`Replay::feed`]), xact_decode's COMMIT / PREPARE / ABORT paths (DecodeCommit,
+//! DecodePrepare, DecodeAbort, DecodeTXNNeedSkip, FilterPrepare) with what they made the
+//! output plugin send ([`DecodeVerdict::sends`]), and one [`TraceRow`] per record for the
+//! trace.
 
-use crate::historic::{HistoricSnapshot, TupleCid};
-use crate::lsn::Lsn;
-use crate::ondisk::{OnDiskError, SnapBuildOnDisk};
-use crate::records::{NewCid, RecordKind, RM_XACT_ID};
-use crate::running_xacts::RunningXacts;
-use crate::snapbuild::{
-    Branch, BuilderParams, BuiltSnapshot, CommitVerdict, DecodeVerdict, DecodingTxn, RestoreResult,
-    SerializeContext, SnapBuild, SnapBuildState, Step,
+use crate::include::heapam_xlog::{NewCid, XLOG_HEAP_OPMASK};
+use crate::include::rmgrlist::{
+    RM_HEAP2_ID, RM_HEAP_ID, RM_LOGICALMSG_ID, RM_STANDBY_ID, RM_XACT_ID, RM_XLOG_ID,
 };
-use crate::xid::{self, TransactionId};
+use crate::include::snapbuild::SnapBuildState;
+use crate::include::standbydefs::RunningXacts;
+use crate::include::transam::{self, TransactionId};
+use crate::include::xact::XLOG_XACT_OPMASK;
+use crate::include::xlogdefs::{Lsn, INVALID_LSN};
+use crate::include::xlogrecord::XLR_INFO_MASK;
+use crate::replication::reorderbuffer::{historic_view, HistoricView, TxnStatus};
+use crate::replication::snapbuild::{
+    Branch, BuilderParams, CommitVerdict, RestoreResult, SerializeContext, SnapBuild, Step,
+};
+use crate::replication::snapbuild_ondisk::{OnDiskError, SnapBuildOnDisk};
+
+/// The records decode.c passes on to snapbuild.c or the reorder-buffer bookkeeping it
+/// depends on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum RecordKind {
+    /// STANDBY `XLOG_RUNNING_XACTS` (0x10).
+    RunningXacts,
+    /// XLOG `XLOG_CHECKPOINT_SHUTDOWN` (0x00).
+    CheckpointShutdown,
+    /// XLOG `XLOG_END_OF_RECOVERY` (0x90).
+    EndOfRecovery,
+    /// XACT `XLOG_XACT_COMMIT` (0x00).
+    Commit,
+    /// XACT `XLOG_XACT_PREPARE` (0x10).
+    Prepare,
+    /// XACT `XLOG_XACT_ABORT` (0x20).
+    Abort,
+    /// XACT `XLOG_XACT_COMMIT_PREPARED` (0x30).
+    CommitPrepared,
+    /// XACT `XLOG_XACT_ABORT_PREPARED` (0x40).
+    AbortPrepared,
+    /// XACT `XLOG_XACT_ASSIGNMENT` (0x50).
+    Assignment,
+    /// XACT `XLOG_XACT_INVALIDATIONS` (0x60).
+    Invalidations,
+    /// HEAP2 `XLOG_HEAP2_NEW_CID` (0x70).
+    NewCid,
+    /// A data change that goes through SnapBuildProcessChange: HEAP INSERT (0x00),
+    /// DELETE (0x10), UPDATE (0x20), TRUNCATE (0x30), HOT_UPDATE (0x40), CONFIRM (0x50);
+    /// HEAP2 MULTI_INSERT (0x50).
+    Change,
+    /// LOGICALMSG `XLOG_LOGICAL_MESSAGE` (only transactional ones count as changes).
+    LogicalMessage,
+    /// Anything else (only its xid matters: ReorderBufferProcessXid).
+    Other,
+}
+
+impl RecordKind {
+    /// Classifies a record by resource manager id and `xl_info`.
+    pub fn classify(rmid: u8, info: u8) -> Self {
+        match rmid {
+            RM_XLOG_ID => match info & !XLR_INFO_MASK {
+                0x00 => RecordKind::CheckpointShutdown,
+                0x90 => RecordKind::EndOfRecovery,
+                _ => RecordKind::Other,
+            },
+            RM_XACT_ID => match info & XLOG_XACT_OPMASK {
+                0x00 => RecordKind::Commit,
+                0x10 => RecordKind::Prepare,
+                0x20 => RecordKind::Abort,
+                0x30 => RecordKind::CommitPrepared,
+                0x40 => RecordKind::AbortPrepared,
+                0x50 => RecordKind::Assignment,
+                0x60 => RecordKind::Invalidations,
+                _ => RecordKind::Other,
+            },
+            RM_STANDBY_ID if info & !XLR_INFO_MASK == 0x10 => RecordKind::RunningXacts,
+            RM_HEAP2_ID => match info & XLOG_HEAP_OPMASK {
+                0x70 => RecordKind::NewCid,
+                0x50 => RecordKind::Change,
+                _ => RecordKind::Other,
+            },
+            RM_HEAP_ID => match info & XLOG_HEAP_OPMASK {
+                0x00 | 0x10 | 0x20 | 0x30 | 0x40 | 0x50 => RecordKind::Change,
+                _ => RecordKind::Other,
+            },
+            RM_LOGICALMSG_ID if info & !XLR_INFO_MASK == 0x00 => RecordKind::LogicalMessage,
+            _ => RecordKind::Other,
+        }
+    }
+
+    /// The record's name as pg_waldump prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordKind::RunningXacts => "RUNNING_XACTS",
+            RecordKind::CheckpointShutdown => "CHECKPOINT_SHUTDOWN",
+            RecordKind::EndOfRecovery => "END_OF_RECOVERY",
+            RecordKind::Commit => "COMMIT",
+            RecordKind::Prepare => "PREPARE",
+            RecordKind::Abort => "ABORT",
+            RecordKind::CommitPrepared => "COMMIT_PREPARED",
+            RecordKind::AbortPrepared => "ABORT_PREPARED",
+            RecordKind::Assignment => "ASSIGNMENT",
+            RecordKind::Invalidations => "INVALIDATION",
+            RecordKind::NewCid => "NEW_CID",
+            RecordKind::Change => "CHANGE",
+            RecordKind::LogicalMessage => "MESSAGE",
+            RecordKind::Other => "OTHER",
+        }
+    }
+
+    /// Whether the adapter must parse the commit/abort body (subxacts, xinfo).
+    pub fn needs_xact_parse(self) -> bool {
+        matches!(
+            self,
+            RecordKind::Commit
+                | RecordKind::CommitPrepared
+                | RecordKind::Abort
+                | RecordKind::AbortPrepared
+        )
+    }
+}
 
 /// The header facts of one WAL record the replay needs.
 #[derive(Clone, Debug)]
@@ -164,8 +274,8 @@ impl TwoPhaseDecoding {
         }
     }
 
-    /// decode.c FilterPrepare: true when the transaction is decoded as a plain one at
-    /// COMMIT PREPARED instead of at PREPARE.
+    /// Re-runs decode.c FilterPrepare: true when the transaction is decoded as a plain one
+    /// at COMMIT PREPARED instead of at PREPARE.
     pub fn filter_prepare(&self, gid: &str) -> bool {
         !self.enabled
             || self
@@ -241,7 +351,7 @@ impl Replay {
                 .name
                 .clone()
                 .unwrap_or_else(|| head.kind.name().to_owned()),
-            xid: xid::is_valid(head.xid).then_some(head.xid),
+            xid: transam::is_valid(head.xid).then_some(head.xid),
             branch: None,
             state_before: before,
             state: b.state,
@@ -294,7 +404,7 @@ impl Replay {
     ) -> Result<TraceRow, ReplayError> {
         let before = self.builder.state;
         let fp = fingerprint(&self.builder);
-        if xid::is_valid(head.top_xid) {
+        if transam::is_valid(head.top_xid) {
             self.builder
                 .reorder
                 .assign_child(head.top_xid, head.xid, head.lsn);
@@ -458,57 +568,268 @@ impl Replay {
     }
 }
 
-/// The catalog snapshot of a replay at its current position, for one decoding
-/// transaction or none.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct HistoricView {
-    /// The builder's snapshot (SnapBuildBuildSnapshot) and where it was built.
-    pub base: BuiltSnapshot,
-    /// The snapshot HeapTupleSatisfiesHistoricMVCC gets: `base` itself, or
-    /// ReorderBufferCopySnap's copy for the decoding transaction once it has a command id.
-    pub snapshot: HistoricSnapshot,
-    /// The decoding transaction as the reorder buffer holds it.
-    pub decoding: Option<DecodingTxn>,
-    /// The entries ReorderBufferBuildTupleCidHash would hash; `None` when it leaves the
-    /// hash unset (no catalog changes or no NEW_CID for the transaction).
-    pub tuplecids: Option<Vec<TupleCid>>,
+/// What decode.c did with a commit, an abort or a PREPARE of a prepared transaction, and
+/// so which output plugin callbacks ran ([`DecodeVerdict::sends`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum DecodeVerdict {
+    /// xact_decode bails out before FULL_SNAPSHOT.
+    NotSeenBeforeFull,
+    /// DecodeTXNNeedSkip: the record lies before start_decoding_at.
+    SkippedBeforeStartDecodingAt,
+    /// DecodeTXNNeedSkip: the transaction belongs to another database.
+    SkippedOtherDatabase,
+    /// ReorderBufferCommit / ReorderBufferRememberPrepareInfo /
+    /// ReorderBufferFinishPrepared: the reorder buffer never saw the transaction.
+    UnknownTransaction,
+    /// ReorderBufferReplay: no base snapshot, no change decoded — nothing to send.
+    NoChanges,
+    /// Sent to the output plugin (BEGIN … COMMIT).
+    Decoded,
+    /// Two-phase decoding, PREPARE: the plugin's filter_prepare callback filtered the gid;
+    /// the transaction is sent as a plain one at COMMIT PREPARED.
+    PrepareFiltered,
+    /// Two-phase decoding, PREPARE before the builder is CONSISTENT
+    /// (ReorderBufferSkipPrepare): sent whole at COMMIT PREPARED if that comes after
+    /// `two_phase_at`.
+    PrepareSkippedNotConsistent,
+    /// Two-phase decoding, PREPARE replayed: BEGIN PREPARE … PREPARE TRANSACTION.
+    Prepared,
+    /// Two-phase decoding, COMMIT PREPARED of a transaction whose PREPARE was decoded:
+    /// ReorderBufferFinishPrepared sends COMMIT PREPARED. (A transaction without changes
+    /// gets it only on 14, see [`PgMajor::finishes_prepared_without_changes`].)
+    ///
+    /// [`PgMajor::finishes_prepared_without_changes`]: crate::include::version::PgMajor::finishes_prepared_without_changes
+    CommitPrepared,
+    /// Two-phase decoding, COMMIT PREPARED of a transaction prepared before `two_phase_at`:
+    /// ReorderBufferFinishPrepared replays it as a prepared transaction first
+    /// (BEGIN PREPARE … PREPARE TRANSACTION), then sends COMMIT PREPARED.
+    PreparedAndCommitPrepared,
+    /// Two-phase decoding, ROLLBACK PREPARED of a known transaction.
+    RollbackPrepared,
 }
 
-/// Re-runs the snapshot choice of reorderbuffer.c ReorderBufferProcessTXN at one point of
-/// a transaction's replay.
-///
-/// The decoder replays a transaction `decoding` starting from its base snapshot, replaced
-/// by each newer one a catalog commit distributes to it, so at any record the builder's
-/// snapshot `base` as of that record. At the first command-id change it makes a private
-/// copy (ReorderBufferCopySnap) holding the transaction's xids (the top level and the
-/// subtransactions still attached when it is replayed) and the running maximum of the
-/// command ids replayed so far, those queued at or before `upto`; before that the
-/// snapshot stays shared (no own xids, `curcid` 0). The tuple-cid hash
-/// (ReorderBufferBuildTupleCidHash) is built once, before replay, from the transaction's
-/// whole tuple-cid list, and only if it has catalog changes and such entries.
-pub fn historic_view(
-    base: BuiltSnapshot,
-    decoding: Option<DecodingTxn>,
-    upto: Lsn,
-) -> HistoricView {
-    let Some(d) = decoding else {
-        return HistoricView {
-            snapshot: base.snapshot.clone(),
-            base,
-            decoding: None,
-            tuplecids: None,
+impl DecodeVerdict {
+    /// Short text for the SQL `verdict` column.
+    pub fn label(self) -> &'static str {
+        match self {
+            DecodeVerdict::NotSeenBeforeFull => "skipped: before FULL_SNAPSHOT",
+            DecodeVerdict::SkippedBeforeStartDecodingAt => "skipped: before start_decoding_at",
+            DecodeVerdict::SkippedOtherDatabase => "skipped: other database",
+            DecodeVerdict::UnknownTransaction => "skipped: unknown transaction",
+            DecodeVerdict::NoChanges => "skipped: no decoded changes",
+            DecodeVerdict::Decoded => "decoded",
+            DecodeVerdict::PrepareFiltered => "prepare filtered: decoded at COMMIT PREPARED",
+            DecodeVerdict::PrepareSkippedNotConsistent => "prepare skipped: not yet consistent",
+            DecodeVerdict::Prepared => "prepared",
+            DecodeVerdict::CommitPrepared => "commit prepared",
+            DecodeVerdict::PreparedAndCommitPrepared => "prepared and commit prepared",
+            DecodeVerdict::RollbackPrepared => "rollback prepared",
+        }
+    }
+
+    /// The transaction-ending callbacks of the output plugin this record ran, in order:
+    /// `commit`, `prepare`, `commit_prepared`, `rollback_prepared` (the names of
+    /// OutputPluginCallbacks' `*_cb` members without `_cb`).
+    pub fn sends(self) -> &'static [&'static str] {
+        match self {
+            DecodeVerdict::Decoded => &["commit"],
+            DecodeVerdict::Prepared => &["prepare"],
+            DecodeVerdict::CommitPrepared => &["commit_prepared"],
+            DecodeVerdict::PreparedAndCommitPrepared => &["prepare", "commit_prepared"],
+            DecodeVerdict::RollbackPrepared => &["rollback_prepared"],
+            _ => &[],
+        }
+    }
+
+    /// Whether the output plugin was called for the transaction at this record.
+    pub fn decoded(self) -> bool {
+        !self.sends().is_empty()
+    }
+}
+
+/// decode.c's transaction-ending paths (xact_decode's COMMIT, PREPARE, ABORT cases), as
+/// methods of the builder they drive: decode.c reaches the builder and the reorder buffer
+/// through the decoding context, here through the builder and its `reorder`.
+impl SnapBuild {
+    /// Re-runs decode.c xact_decode + DecodeCommit + snapbuild.c SnapBuildCommitTxn for a
+    /// commit (record at `lsn`) of `xid` with `subxacts`; `has_invals` is
+    /// `XACT_XINFO_HAS_INVALS`; `db_id` the commit's database (0 if the record has none)
+    /// and `slot_db` the decoding slot's. A COMMIT PREPARED a two-phase decoder did not
+    /// filter goes through [`SnapBuild::decode_commit`] with `two_phase` instead.
+    pub fn commit(
+        &mut self,
+        lsn: Lsn,
+        x: TransactionId,
+        subxacts: &[TransactionId],
+        has_invals: bool,
+        db_id: u32,
+        slot_db: u32,
+    ) -> (CommitVerdict, DecodeVerdict) {
+        self.decode_commit(lsn, x, subxacts, has_invals, db_id, slot_db, false)
+    }
+
+    /// Re-runs decode.c DecodeTXNNeedSkip for a transaction-ending record at `lsn`.
+    fn decode_txn_need_skip(&self, lsn: Lsn, db_id: u32, slot_db: u32) -> Option<DecodeVerdict> {
+        if lsn < self.start_decoding_at {
+            Some(DecodeVerdict::SkippedBeforeStartDecodingAt)
+        } else if db_id != 0 && db_id != slot_db {
+            Some(DecodeVerdict::SkippedOtherDatabase)
+        } else {
+            None
+        }
+    }
+
+    /// Re-runs decode.c DecodeCommit: SnapBuildCommitTxn, DecodeTXNNeedSkip, then
+    /// ReorderBufferCommit, or with `two_phase` (COMMIT PREPARED, two-phase decoding on,
+    /// gid not filtered) reorderbuffer.c ReorderBufferFinishPrepared against the builder's
+    /// `two_phase_at`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn decode_commit(
+        &mut self,
+        lsn: Lsn,
+        x: TransactionId,
+        subxacts: &[TransactionId],
+        has_invals: bool,
+        db_id: u32,
+        slot_db: u32,
+        two_phase: bool,
+    ) -> (CommitVerdict, DecodeVerdict) {
+        if self.state < SnapBuildState::FullSnapshot {
+            // xact_decode bails out before the builder sees it; the transaction stays in
+            // the reorder buffer until ReorderBufferAbortOld.
+            return (
+                CommitVerdict::NotSeenBeforeFull,
+                DecodeVerdict::NotSeenBeforeFull,
+            );
+        }
+        let v = self.commit_txn(lsn, x, subxacts, has_invals);
+        // DecodeTXNNeedSkip, then ReorderBufferCommitChild and ReorderBufferCommit /
+        // ReorderBufferFinishPrepared.
+        let d = if let Some(skip) = self.decode_txn_need_skip(lsn, db_id, slot_db) {
+            skip
+        } else {
+            for s in subxacts {
+                if self.reorder.knows(*s) {
+                    self.reorder.assign_child(x, *s, lsn);
+                }
+            }
+            if !self.reorder.knows(x) {
+                DecodeVerdict::UnknownTransaction
+            } else if two_phase {
+                if !self.reorder.has_base_snapshot(x) {
+                    // Nothing was (or is now) replayed for it.
+                    if self.major.finishes_prepared_without_changes() {
+                        DecodeVerdict::CommitPrepared
+                    } else {
+                        DecodeVerdict::NoChanges
+                    }
+                } else if self.reorder.prepare_lsn(x) < self.two_phase_at {
+                    // Prepared before two_phase_at (or its PREPARE never read by a
+                    // two-phase decoder): replayed now as a prepared transaction.
+                    DecodeVerdict::PreparedAndCommitPrepared
+                } else {
+                    DecodeVerdict::CommitPrepared
+                }
+            } else if !self.reorder.has_base_snapshot(x) {
+                DecodeVerdict::NoChanges
+            } else {
+                DecodeVerdict::Decoded
+            }
         };
-    };
-    let snapshot = match d.command_id_upto(upto) {
-        Some(cid) => base.snapshot.copy_for(d.top, &d.subxacts, cid),
-        None => base.snapshot.clone(),
-    };
-    let tuplecids = (d.catalog_changes && !d.tuplecids.is_empty()).then(|| d.tuplecids.clone());
-    HistoricView {
-        base,
-        snapshot,
-        decoding: Some(d),
-        tuplecids,
+        self.reorder
+            .remember_finished(x, subxacts, TxnStatus::Committed(lsn));
+        for s in subxacts {
+            self.reorder.cleanup(*s);
+        }
+        self.reorder.cleanup(x);
+        (v, d)
+    }
+
+    /// Re-runs decode.c DecodePrepare for the PREPARE (record at `lsn`) of `x` with
+    /// `subxacts`, when two-phase decoding is on and the gid is not filtered (FilterPrepare
+    /// false): ReorderBufferRememberPrepareInfo, then skipped before CONSISTENT or by
+    /// DecodeTXNNeedSkip (ReorderBufferSkipPrepare), else ReorderBufferPrepare. `None`
+    /// before FULL_SNAPSHOT (xact_decode bails out).
+    pub fn decode_prepare(
+        &mut self,
+        lsn: Lsn,
+        x: TransactionId,
+        subxacts: &[TransactionId],
+        db_id: u32,
+        slot_db: u32,
+    ) -> Option<DecodeVerdict> {
+        if self.state < SnapBuildState::FullSnapshot {
+            return None;
+        }
+        if !self.reorder.remember_prepare_info(x, lsn) {
+            return Some(DecodeVerdict::UnknownTransaction);
+        }
+        if self.state < SnapBuildState::Consistent {
+            return Some(DecodeVerdict::PrepareSkippedNotConsistent);
+        }
+        if let Some(skip) = self.decode_txn_need_skip(lsn, db_id, slot_db) {
+            return Some(skip);
+        }
+        for s in subxacts {
+            if self.reorder.knows(*s) {
+                self.reorder.assign_child(x, *s, lsn);
+            }
+        }
+        Some(if self.reorder.has_base_snapshot(x) {
+            DecodeVerdict::Prepared
+        } else {
+            DecodeVerdict::NoChanges
+        })
+    }
+
+    /// Re-runs decode.c DecodeAbort with `two_phase` set (ROLLBACK PREPARED, two-phase
+    /// decoding on, gid not filtered): unless DecodeTXNNeedSkip,
+    /// ReorderBufferFinishPrepared sends ROLLBACK PREPARED for a known transaction (with
+    /// changes, except on 14); either way the reorder buffer lets go of it. `None` before
+    /// FULL_SNAPSHOT.
+    pub fn decode_abort_prepared(
+        &mut self,
+        lsn: Lsn,
+        x: TransactionId,
+        subxacts: &[TransactionId],
+        db_id: u32,
+        slot_db: u32,
+    ) -> Option<DecodeVerdict> {
+        if self.state < SnapBuildState::FullSnapshot {
+            return None;
+        }
+        let d = match self.decode_txn_need_skip(lsn, db_id, slot_db) {
+            Some(skip) => skip,
+            None if !self.reorder.knows(x) => DecodeVerdict::UnknownTransaction,
+            None if self.reorder.has_base_snapshot(x)
+                || self.major.finishes_prepared_without_changes() =>
+            {
+                DecodeVerdict::RollbackPrepared
+            }
+            None => DecodeVerdict::NoChanges,
+        };
+        self.abort_at(x, subxacts, lsn);
+        Some(d)
+    }
+
+    /// Re-runs decode.c DecodeAbort: the reorder buffer forgets `xid` and `subxacts` (the
+    /// builder itself is not told; xact_decode bails before FULL_SNAPSHOT).
+    pub fn abort(&mut self, x: TransactionId, subxacts: &[TransactionId]) {
+        self.abort_at(x, subxacts, INVALID_LSN)
+    }
+
+    /// [`SnapBuild::abort`] for an abort record at `lsn` (remembered as the status of a
+    /// top-level transaction).
+    pub fn abort_at(&mut self, x: TransactionId, subxacts: &[TransactionId], lsn: Lsn) {
+        if self.state < SnapBuildState::FullSnapshot {
+            return;
+        }
+        self.reorder
+            .remember_finished(x, subxacts, TxnStatus::Aborted(lsn));
+        for s in subxacts {
+            self.reorder.cleanup(*s);
+        }
+        self.reorder.cleanup(x);
     }
 }
 
@@ -523,141 +844,38 @@ impl Replay {
     ) -> Result<HistoricView, SnapBuildState> {
         let base = self.builder.historic_snapshot()?;
         let d = xid
-            .filter(|x| xid::is_valid(*x))
+            .filter(|x| transam::is_valid(*x))
             .map(|x| self.builder.reorder.decoding_txn(x));
         Ok(historic_view(base, d, Lsn(u64::MAX)))
     }
 }
 
-/// How a predicted `.snap` compares with the one the server wrote at the same LSN.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct FileComparison {
-    /// Fields any consistent builder must agree on at this LSN: state, next_phase_at, the
-    /// catchange xids (the running catalog-modifying transactions), and xmin whenever both
-    /// the replay and the writer took it from the previous RUNNING_XACTS record.
-    pub differences: Vec<String>,
-    /// Fields that depend on how the writing decoder got here: xmin after a restore
-    /// (branch b keeps the file's older xmin until the next record), xmax (moved only by
-    /// catalog commits seen since the decoder became consistent, or set by branch a) and
-    /// the committed xids (collected since then). They match when the replay and the
-    /// writer started alike; otherwise they are reported here, not held against the
-    /// replay.
-    pub writer_dependent: Vec<String>,
-}
-
-impl FileComparison {
-    /// No difference in the fields every builder must agree on.
-    pub fn agrees(&self) -> bool {
-        self.differences.is_empty()
-    }
-}
-
-/// Compares the file the replay predicts with the file the server wrote at the same LSN.
-/// `ctx` says where the predicted xmin came from.
-///
-/// Not compared at all, because they describe the process that wrote the file rather
-/// than the WAL position: start_decoding_at, last_serialized_snapshot, in_slot_creation,
-/// building_full_snapshot, initial_xmin_horizon, two_phase_at, committed.xcnt_space and
-/// includes_all_transactions.
-pub fn compare_with_server(
-    predicted: &SnapBuildOnDisk,
-    server: &SnapBuildOnDisk,
-    ctx: Option<SerializeContext>,
-) -> FileComparison {
-    let (p, s) = (&predicted.builder, &server.builder);
-    let mut c = FileComparison::default();
-    if p.state != s.state {
-        c.differences
-            .push(format!("state {} vs {}", p.state, s.state));
-    }
-    if p.xmin != s.xmin {
-        // The writer serialized at the previous RUNNING_XACTS (so took its xmin from it)
-        // and so did we: the xmins must be equal.
-        let both_from_record = ctx.is_some_and(|c| {
-            !c.xmin_from_restore
-                && c.prev_running_xacts.is_valid()
-                && s.last_serialized_snapshot == c.prev_running_xacts
-        });
-        let d = format!("xmin {} vs {}", p.xmin, s.xmin);
-        if both_from_record {
-            c.differences.push(d);
-        } else {
-            c.writer_dependent.push(d);
-        }
-    }
-    if p.next_phase_at != s.next_phase_at {
-        c.differences.push(format!(
-            "next_phase_at {} vs {}",
-            p.next_phase_at, s.next_phase_at
-        ));
-    }
-    if predicted.catchange_xip != server.catchange_xip {
-        c.differences.push(format!(
-            "catchange {:?} vs {:?}",
-            predicted.catchange_xip, server.catchange_xip
-        ));
-    }
-    if p.xmax != s.xmax {
-        c.writer_dependent
-            .push(format!("xmax {} vs {}", p.xmax, s.xmax));
-    }
-    let sorted = |v: &[u32]| {
-        let mut v = v.to_vec();
-        v.sort_unstable();
-        v
-    };
-    if sorted(&predicted.committed_xip) != sorted(&server.committed_xip) {
-        c.writer_dependent.push(format!(
-            "committed {:?} vs {:?}",
-            predicted.committed_xip, server.committed_xip
-        ));
-    }
-    c
-}
-
-/// The bytes the replay would write at this LSN, with the fields that describe the
-/// writing decoder taken from the server's file, and likewise xmin, xmax or the committed
-/// xids where `cmp` found them writer-dependent (the committed xids otherwise in the
-/// writer's insertion order). If the result equals the file byte for byte, every other
-/// field, the layout, the padding and the CRC-32C agree. `None` for a version without a
-/// known layout.
-pub fn bytes_with_writer_fields(
-    predicted: &SnapBuildOnDisk,
-    server: &SnapBuildOnDisk,
-    cmp: &FileComparison,
-) -> Option<Vec<u8>> {
-    let mut p = predicted.clone();
-    let (b, s) = (&mut p.builder, &server.builder);
-    b.start_decoding_at = s.start_decoding_at;
-    b.last_serialized_snapshot = s.last_serialized_snapshot;
-    b.in_slot_creation = s.in_slot_creation;
-    b.building_full_snapshot = s.building_full_snapshot;
-    b.initial_xmin_horizon = s.initial_xmin_horizon;
-    b.two_phase_at = s.two_phase_at;
-    b.committed_xcnt_space = s.committed_xcnt_space;
-    b.includes_all_transactions = s.includes_all_transactions;
-    let flagged = |field: &str| cmp.writer_dependent.iter().any(|d| d.starts_with(field));
-    if flagged("xmin ") {
-        b.xmin = s.xmin;
-    }
-    if flagged("xmax ") {
-        b.xmax = s.xmax;
-    }
-    let sorted = |v: &[u32]| {
-        let mut v = v.to_vec();
-        v.sort_unstable();
-        v
-    };
-    if flagged("committed ") || sorted(&p.committed_xip) == sorted(&server.committed_xip) {
-        p.committed_xip = server.committed_xip.clone();
-    }
-    p.encode()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::version::PgMajor;
+    use crate::include::version::PgMajor;
+
+    #[test]
+    fn classification() {
+        assert_eq!(
+            RecordKind::classify(RM_STANDBY_ID, 0x10),
+            RecordKind::RunningXacts
+        );
+        assert_eq!(RecordKind::classify(RM_STANDBY_ID, 0x00), RecordKind::Other); // STANDBY_LOCK
+        assert_eq!(
+            RecordKind::classify(RM_XLOG_ID, 0x00),
+            RecordKind::CheckpointShutdown
+        );
+        assert_eq!(RecordKind::classify(RM_XLOG_ID, 0x10), RecordKind::Other); // ONLINE
+        assert_eq!(RecordKind::classify(RM_XACT_ID, 0x80), RecordKind::Commit); // HAS_INFO bit
+        assert_eq!(RecordKind::classify(RM_XACT_ID, 0x20), RecordKind::Abort);
+        assert_eq!(RecordKind::classify(RM_HEAP2_ID, 0x70), RecordKind::NewCid);
+        assert_eq!(RecordKind::classify(RM_HEAP2_ID, 0x00), RecordKind::Other);
+        assert_eq!(RecordKind::classify(RM_HEAP2_ID, 0x50), RecordKind::Change);
+        assert_eq!(RecordKind::classify(RM_HEAP_ID, 0x80), RecordKind::Change); // INIT_PAGE insert
+        assert_eq!(RecordKind::classify(RM_HEAP_ID, 0x60), RecordKind::Other); // LOCK
+        assert_eq!(RecordKind::classify(RM_HEAP_ID, 0x70), RecordKind::Other); // INPLACE
+    }
 
     fn params(major: u32, in_slot_creation: bool, two_phase_at: u64) -> BuilderParams {
         BuilderParams {
@@ -683,10 +901,10 @@ mod tests {
             xid,
             top_xid,
             rmid: match kind {
-                RecordKind::RunningXacts => crate::records::RM_STANDBY_ID,
-                RecordKind::NewCid => crate::records::RM_HEAP2_ID,
-                RecordKind::Change | RecordKind::Other => crate::records::RM_HEAP_ID,
-                RecordKind::CheckpointShutdown => crate::records::RM_XLOG_ID,
+                RecordKind::RunningXacts => crate::include::rmgrlist::RM_STANDBY_ID,
+                RecordKind::NewCid => crate::include::rmgrlist::RM_HEAP2_ID,
+                RecordKind::Change | RecordKind::Other => crate::include::rmgrlist::RM_HEAP_ID,
+                RecordKind::CheckpointShutdown => crate::include::rmgrlist::RM_XLOG_ID,
                 _ => RM_XACT_ID,
             },
             kind,
@@ -895,11 +1113,6 @@ mod tests {
             .unwrap();
         let f = row.serialized.unwrap();
         assert_eq!(f.committed_xip, vec![600]);
-        assert_eq!(compare_with_server(&f, &f, None), FileComparison::default());
-        assert_eq!(
-            bytes_with_writer_fields(&f, &f, &FileComparison::default()),
-            f.encode()
-        );
     }
 
     /// NEW_CID records through the dispatch: the decoding transaction's snapshot copy,
@@ -907,8 +1120,10 @@ mod tests {
     /// command ids), the tuple-cid list, and what is kept once it commits.
     #[test]
     fn new_cid_records_give_the_historic_view() {
-        use crate::historic::{RelFileLocator, TupleCidKey, INVALID_COMMAND_ID};
-        use crate::snapbuild::{SnapshotOrigin, TxnStatus};
+        use crate::include::relfilelocator::RelFileLocator;
+        use crate::include::reorderbuffer::TupleCidKey;
+        use crate::include::snapbuild::SnapshotOrigin;
+        use crate::include::snapshot::INVALID_COMMAND_ID;
         let p = params(18, false, 0);
         let mut r = Replay::new(&p, 5);
         let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
@@ -1025,5 +1240,48 @@ mod tests {
         // Asked through the rolled-back subtransaction: unknown now.
         let d = r.builder.reorder.decoding_txn(701);
         assert_eq!(d.status, TxnStatus::Unknown);
+    }
+
+    #[test]
+    fn catalog_commit_advances_xmax_and_is_purged_later() {
+        let mut no_file = |_: Lsn| -> RestoreResult { Ok(None) };
+        let mut b = SnapBuild::new(&params(18, true, 0));
+        b.process_running_xacts(Lsn(1), &RunningXacts::new(700, 700, &[]), &mut no_file)
+            .unwrap();
+        b.reorder.process_xid(702, Lsn(9));
+        b.mark_catalog_changes(702, Lsn(9));
+        let (v, _) = b.commit(Lsn(10), 702, &[], true, 0, 5);
+        assert_eq!(
+            v,
+            CommitVerdict::Timetravel {
+                xmax_advanced: true,
+                forced: false
+            }
+        );
+        assert_eq!(b.xmax, 703);
+        assert_eq!(b.committed_xip, vec![702]);
+        let (v, _) = b.commit(Lsn(11), 704, &[], false, 0, 5);
+        assert_eq!(v, CommitVerdict::NotCatalogChanging);
+        assert!(!b.includes_all_transactions);
+        b.process_running_xacts(Lsn(20), &RunningXacts::new(705, 705, &[]), &mut no_file)
+            .unwrap();
+        assert!(b.committed_xip.is_empty());
+    }
+
+    #[test]
+    fn subtransaction_catalog_change_forces_parent() {
+        let mut no_file = |_: Lsn| -> RestoreResult { Ok(None) };
+        let mut b = SnapBuild::new(&params(18, true, 0));
+        b.process_running_xacts(Lsn(1), &RunningXacts::new(700, 700, &[]), &mut no_file)
+            .unwrap();
+        b.reorder.assign_child(710, 711, Lsn(2));
+        b.mark_catalog_changes(711, Lsn(3));
+        assert!(b.reorder.has_catalog_changes(710));
+        // Serialized while running: both are in catchange.
+        assert_eq!(b.reorder.catalog_changes_xacts(), vec![710, 711]);
+        b.commit(Lsn(5), 710, &[711], true, 0, 5);
+        assert_eq!(b.committed_xip, vec![711, 710]);
+        assert_eq!(b.xmax, 712);
+        assert!(b.reorder.is_empty());
     }
 }

@@ -1,8 +1,10 @@
 //! The one seam where PostgreSQL major versions differ.
 //!
-//! Every rule that changes between majors is a method here, so the state machine and the
-//! on-disk codec ask one place. Sources: each major's `snapbuild.c` (and, from 18,
-//! `snapbuild_internal.h`).
+//! Not a PostgreSQL header: it stands where the server has `PG_VERSION_NUM`
+//! (pg_config.h) and the `#if`s of each major's sources. Every rule that changes between
+//! majors is a method here, so the state machine and the on-disk codec ask one place.
+//! Sources: each major's `snapbuild.c` (and, from 18, `snapbuild_internal.h`),
+//! `decode.c` and `reorderbuffer.c`.
 
 /// The PostgreSQL major version whose rules the replay follows (14..=18).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]

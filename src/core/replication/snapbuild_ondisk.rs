@@ -1,5 +1,7 @@
-//! The `pg_logical/snapshots/*.snap` file: `SnapBuildOnDisk` and the serialized
-//! `SnapBuild`, for every on-disk `SNAPBUILD_VERSION`.
+//! The `pg_logical/snapshots/*.snap` file: `SnapBuildOnDisk` (snapbuild_internal.h from
+//! 18, snapbuild.c before) and the serialized `SnapBuild`, for every on-disk
+//! `SNAPBUILD_VERSION`, written and read as snapbuild.c SnapBuildSerialize and
+//! SnapBuildRestoreSnapshot do, and the files' names.
 //!
 //! Layouts are those of a 64-bit little-endian server (x86_64, aarch64): the file is a
 //! raw copy of the C structs, pointers nulled. All offsets below are bytes from the
@@ -24,9 +26,9 @@
 //! Reading follows snapbuild.c SnapBuildRestoreSnapshot step by step, so a broken file
 //! fails with the same defect, in the same order, as on the server.
 
-use crate::lsn::Lsn;
-use crate::snapbuild::SnapBuildState;
-use crate::xid::TransactionId;
+use crate::include::snapbuild::SnapBuildState;
+use crate::include::transam::TransactionId;
+use crate::include::xlogdefs::Lsn;
 
 /// `SNAPBUILD_MAGIC`.
 pub const SNAPBUILD_MAGIC: u32 = 0x51A1_E001;
@@ -129,6 +131,28 @@ impl OnDiskError {
             ),
         }
     }
+}
+
+/// The file name the server gives the snapshot serialized at `lsn`: `%X-%X.snap`
+/// (snapbuild.c SnapBuildSerialize).
+pub fn snap_file_name(lsn: Lsn) -> String {
+    format!("{:X}-{:X}.snap", lsn.hi(), lsn.lo())
+}
+
+/// Parses a `.snap` file name strictly, the way contrib pg_logicalinspect's
+/// `parse_snapshot_filename` does: two upper-case hex numbers without leading
+/// zeros or a path, formatted back to exactly the same text. `None` otherwise.
+pub fn parse_snap_file_name(name: &str) -> Option<Lsn> {
+    let stem = name.strip_suffix(".snap")?;
+    let (hi, lo) = stem.split_once('-')?;
+    let ok = |s: &str| !s.is_empty() && s.len() <= 8 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if !ok(hi) || !ok(lo) {
+        return None;
+    }
+    let hi = u32::from_str_radix(hi, 16).ok()?;
+    let lo = u32::from_str_radix(lo, 16).ok()?;
+    let lsn = Lsn(((hi as u64) << 32) | lo as u64);
+    (snap_file_name(lsn) == name).then_some(lsn)
 }
 
 struct Cursor<'a> {
@@ -392,5 +416,32 @@ mod tests {
             OnDiskError::WrongMagic { found: 7 }.message(p),
             "snapbuild state file \"pg_logical/snapshots/0-1.snap\" has wrong magic number: 7 instead of 1369563137"
         );
+    }
+
+    #[test]
+    fn formats_like_the_server() {
+        assert_eq!(Lsn(0x174C180).to_string(), "0/174C180");
+        assert_eq!(Lsn(0x1_0000_00A0).to_string(), "1/A0");
+        assert_eq!(snap_file_name(Lsn(0x174C2C8)), "0-174C2C8.snap");
+    }
+
+    #[test]
+    fn parses_strictly() {
+        assert_eq!(parse_snap_file_name("0-174C2C8.snap"), Some(Lsn(0x174C2C8)));
+        assert_eq!(parse_snap_file_name("1-A0.snap"), Some(Lsn(0x1_0000_00A0)));
+        for bad in [
+            "0-174c2c8.snap",
+            "00-174C2C8.snap",
+            "0-174C2C8",
+            "../0-1.snap",
+            "0-1.snap.tmp",
+            "0-.snap",
+            "-1.snap",
+            "0-123456789.snap",
+            "0-1-2.snap",
+            "x-1.snap",
+        ] {
+            assert_eq!(parse_snap_file_name(bad), None, "{bad}");
+        }
     }
 }

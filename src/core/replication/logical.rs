@@ -1,10 +1,11 @@
-//! The slot side of decoding progress: logical.c's LogicalIncreaseXminForSlot,
-//! LogicalIncreaseRestartDecodingForSlot and LogicalConfirmReceivedLocation, which turn
-//! the candidates the snapshot builder proposes at each RUNNING_XACTS into the slot's
-//! catalog_xmin and restart_lsn once the client confirms a position.
+//! Re-runs the slot side of decoding progress in replication/logical/logical.c:
+//! LogicalIncreaseXminForSlot, LogicalIncreaseRestartDecodingForSlot and
+//! LogicalConfirmReceivedLocation, which turn the candidates the snapshot builder proposes
+//! at each RUNNING_XACTS into the slot's catalog_xmin and restart_lsn once the client
+//! confirms a position.
 
-use crate::lsn::{Lsn, INVALID_LSN};
-use crate::xid::{self, TransactionId, INVALID_TRANSACTION_ID};
+use crate::include::transam::{self, TransactionId, INVALID_TRANSACTION_ID};
+use crate::include::xlogdefs::{Lsn, INVALID_LSN};
 
 /// The fields of a logical slot (`ReplicationSlot` and its persistent data) that
 /// decoding moves.
@@ -24,7 +25,7 @@ impl SlotModel {
     /// Re-runs logical.c LogicalIncreaseXminForSlot: propose `xmin` as the catalog xmin,
     /// valid once `current_lsn` is confirmed.
     pub fn increase_xmin(&mut self, current_lsn: Lsn, xmin: TransactionId) {
-        if xid::precedes_or_equals(xmin, self.catalog_xmin) {
+        if transam::precedes_or_equals(xmin, self.catalog_xmin) {
             // nothing to gain
         } else if current_lsn <= self.confirmed_flush {
             self.candidate_catalog_xmin = xmin;
@@ -62,7 +63,7 @@ impl SlotModel {
         }
         if self.candidate_xmin_lsn.is_valid()
             && self.candidate_xmin_lsn <= lsn
-            && xid::is_valid(self.candidate_catalog_xmin)
+            && transam::is_valid(self.candidate_catalog_xmin)
             && self.catalog_xmin != self.candidate_catalog_xmin
         {
             self.catalog_xmin = self.candidate_catalog_xmin;

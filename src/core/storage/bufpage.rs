@@ -1,8 +1,9 @@
-//! A heap page as bytes: its header and line pointers (storage/bufpage.h,
-//! storage/itemid.h), read with bounds checks so that nothing outside the page is
-//! touched, and the tuple headers the line pointers lead to.
+//! A heap page as bytes: its header and line pointers as storage/bufpage.h and
+//! storage/itemid.h lay them out (PageGetMaxOffsetNumber, PageGetItemId, ItemIdIsNormal),
+//! read with bounds checks so that nothing outside the page is touched, and the tuple
+//! headers the normal line pointers lead to.
 
-use crate::historic::{TupleHeader, SIZEOF_HEAP_TUPLE_HEADER};
+use crate::include::htup_details::{TupleHeader, SIZEOF_HEAP_TUPLE_HEADER};
 
 /// `SizeOfPageHeaderData`.
 pub const SIZE_OF_PAGE_HEADER_DATA: usize = 24;

@@ -1,6 +1,6 @@
 //! `xl_running_xacts`, the STANDBY rmgr's RUNNING_XACTS record (storage/standbydefs.h).
 
-use crate::xid::TransactionId;
+use crate::include::transam::TransactionId;
 
 /// A decoded `xl_running_xacts`: what LogStandbySnapshot saw running.
 ///

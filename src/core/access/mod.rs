@@ -1,0 +1,4 @@
+//! Table access: PostgreSQL's src/backend/access/ (heap visibility, heap rewrites).
+
+pub mod heapam_visibility;
+pub mod rewriteheap;

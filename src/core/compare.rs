@@ -1,0 +1,344 @@
+//! Does the `.snap` file the replay predicts agree with the one the server wrote at the
+//! same LSN, and if not, why not.
+//!
+//! Not a PostgreSQL file: the server never compares two serialized snapshots. This is the
+//! project's judgement of the replay against the server. The server's facts come in as
+//! plain inputs (its file, decoded by `replication::snapbuild_ondisk`), beside the file
+//! the replay predicts and the [`SerializeContext`] the replay recorded for it.
+//! [`judge_row`] turns that into the verdict columns of a trace row.
+
+use crate::include::snapbuild::SnapBuildState;
+use crate::replication::decode::TraceRow;
+use crate::replication::snapbuild::SerializeContext;
+use crate::replication::snapbuild_ondisk::SnapBuildOnDisk;
+
+/// How a predicted `.snap` compares with the one the server wrote at the same LSN.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FileComparison {
+    /// Fields any consistent builder must agree on at this LSN: state, next_phase_at, the
+    /// catchange xids (the running catalog-modifying transactions), and xmin whenever both
+    /// the replay and the writer took it from the previous RUNNING_XACTS record.
+    pub differences: Vec<String>,
+    /// Fields that depend on how the writing decoder got here: xmin after a restore
+    /// (branch b keeps the file's older xmin until the next record), xmax (moved only by
+    /// catalog commits seen since the decoder became consistent, or set by branch a) and
+    /// the committed xids (collected since then). They match when the replay and the
+    /// writer started alike; otherwise they are reported here, not held against the
+    /// replay.
+    pub writer_dependent: Vec<String>,
+}
+
+impl FileComparison {
+    /// No difference in the fields every builder must agree on.
+    pub fn agrees(&self) -> bool {
+        self.differences.is_empty()
+    }
+}
+
+/// Compares the file the replay predicts with the file the server wrote at the same LSN.
+/// `ctx` says where the predicted xmin came from.
+///
+/// Not compared at all, because they describe the process that wrote the file rather
+/// than the WAL position: start_decoding_at, last_serialized_snapshot, in_slot_creation,
+/// building_full_snapshot, initial_xmin_horizon, two_phase_at, committed.xcnt_space and
+/// includes_all_transactions.
+pub fn compare_with_server(
+    predicted: &SnapBuildOnDisk,
+    server: &SnapBuildOnDisk,
+    ctx: Option<SerializeContext>,
+) -> FileComparison {
+    let (p, s) = (&predicted.builder, &server.builder);
+    let mut c = FileComparison::default();
+    if p.state != s.state {
+        c.differences
+            .push(format!("state {} vs {}", p.state, s.state));
+    }
+    if p.xmin != s.xmin {
+        // The writer serialized at the previous RUNNING_XACTS (so took its xmin from it)
+        // and so did we: the xmins must be equal.
+        let both_from_record = ctx.is_some_and(|c| {
+            !c.xmin_from_restore
+                && c.prev_running_xacts.is_valid()
+                && s.last_serialized_snapshot == c.prev_running_xacts
+        });
+        let d = format!("xmin {} vs {}", p.xmin, s.xmin);
+        if both_from_record {
+            c.differences.push(d);
+        } else {
+            c.writer_dependent.push(d);
+        }
+    }
+    if p.next_phase_at != s.next_phase_at {
+        c.differences.push(format!(
+            "next_phase_at {} vs {}",
+            p.next_phase_at, s.next_phase_at
+        ));
+    }
+    if predicted.catchange_xip != server.catchange_xip {
+        c.differences.push(format!(
+            "catchange {:?} vs {:?}",
+            predicted.catchange_xip, server.catchange_xip
+        ));
+    }
+    if p.xmax != s.xmax {
+        c.writer_dependent
+            .push(format!("xmax {} vs {}", p.xmax, s.xmax));
+    }
+    let sorted = |v: &[u32]| {
+        let mut v = v.to_vec();
+        v.sort_unstable();
+        v
+    };
+    if sorted(&predicted.committed_xip) != sorted(&server.committed_xip) {
+        c.writer_dependent.push(format!(
+            "committed {:?} vs {:?}",
+            predicted.committed_xip, server.committed_xip
+        ));
+    }
+    c
+}
+
+/// The bytes the replay would write at this LSN, with the fields that describe the
+/// writing decoder taken from the server's file, and likewise xmin, xmax or the committed
+/// xids where `cmp` found them writer-dependent (the committed xids otherwise in the
+/// writer's insertion order). If the result equals the file byte for byte, every other
+/// field, the layout, the padding and the CRC-32C agree. `None` for a version without a
+/// known layout.
+pub fn bytes_with_writer_fields(
+    predicted: &SnapBuildOnDisk,
+    server: &SnapBuildOnDisk,
+    cmp: &FileComparison,
+) -> Option<Vec<u8>> {
+    let mut p = predicted.clone();
+    let (b, s) = (&mut p.builder, &server.builder);
+    b.start_decoding_at = s.start_decoding_at;
+    b.last_serialized_snapshot = s.last_serialized_snapshot;
+    b.in_slot_creation = s.in_slot_creation;
+    b.building_full_snapshot = s.building_full_snapshot;
+    b.initial_xmin_horizon = s.initial_xmin_horizon;
+    b.two_phase_at = s.two_phase_at;
+    b.committed_xcnt_space = s.committed_xcnt_space;
+    b.includes_all_transactions = s.includes_all_transactions;
+    let flagged = |field: &str| cmp.writer_dependent.iter().any(|d| d.starts_with(field));
+    if flagged("xmin ") {
+        b.xmin = s.xmin;
+    }
+    if flagged("xmax ") {
+        b.xmax = s.xmax;
+    }
+    let sorted = |v: &[u32]| {
+        let mut v = v.to_vec();
+        v.sort_unstable();
+        v
+    };
+    if flagged("committed ") || sorted(&p.committed_xip) == sorted(&server.committed_xip) {
+        p.committed_xip = server.committed_xip.clone();
+    }
+    p.encode()
+}
+
+/// The server's verdict beside one replayed step (the trace's `server_*`, `agrees`,
+/// `disagreement` and `bytes_agree` columns).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Verdict {
+    /// The state the server recorded (`start|building|full|consistent`).
+    pub server_state: Option<String>,
+    /// Where it was read: a `.snap` path, or `slot confirmed_flush_lsn`.
+    pub server_source: Option<String>,
+    /// `Some(true)`: every compared field agrees; `Some(false)`: one that any builder
+    /// must agree on differs; `None`: nothing to compare, or only fields that depend on
+    /// how the writing decoder got here differ, which the replay cannot decide
+    /// (`disagreement` then says which, prefixed `undecided:`).
+    pub agrees: Option<bool>,
+    pub disagreement: Option<String>,
+    /// Serialize rows with a server file: the replay's bytes (writer-dependent fields
+    /// taken from the file) equal the file's bytes.
+    pub bytes_agree: Option<bool>,
+}
+
+/// The `.snap` file the server left at a row's LSN, as plain input.
+#[derive(Clone, Debug)]
+pub enum FileFact {
+    /// There is none (never written, or removed since).
+    Absent,
+    /// Its decoded contents and raw bytes.
+    Read { file: SnapBuildOnDisk, raw: Vec<u8> },
+    /// It could not be decoded: the server's error text.
+    Broken(String),
+}
+
+/// What the server left behind that a trace row can be compared with.
+#[derive(Clone, Debug)]
+pub struct ServerFacts {
+    /// The file's path as the server names it (`pg_logical/snapshots/%X-%X.snap`).
+    pub path: String,
+    /// The file at the row's LSN (looked up for rows that serialize or restore).
+    pub file: FileFact,
+    /// The traced slot's confirmed_flush, once created (not while in creation).
+    pub confirmed_flush: Option<u64>,
+}
+
+/// The name pg_logicalinspect gives a raw SnapBuildState value (`unknown state` for any
+/// other value).
+pub fn state_name(raw: i32) -> String {
+    SnapBuildState::from_raw(raw)
+        .map(|s| s.as_str())
+        .unwrap_or("unknown state")
+        .to_owned()
+}
+
+/// Judges one replayed row against the server's facts.
+///
+/// - A serialize row with a file: [`compare_with_server`]. A difference in a field every
+///   builder agrees on is `agrees = false`; differences only in writer-dependent fields
+///   are `agrees = NULL` (undecided, never true), named in `disagreement`. `bytes_agree`:
+///   the file's bytes equal the replay's once the writer's own fields are taken from it.
+/// - A broken file: `agrees = false` with the server's error text.
+/// - A branch b (restore) row: the restored file is consistent, so must the replay be.
+/// - The record that made a created slot's builder consistent: it must end at the slot's
+///   confirmed_flush_lsn (DecodingContextFindStartpoint stores EndRecPtr there).
+/// - Anything else: no verdict (all NULL).
+pub fn judge_row(row: &TraceRow, facts: &ServerFacts) -> Verdict {
+    if let Some(pred) = &row.serialized {
+        return match &facts.file {
+            FileFact::Read { file, raw } => {
+                let cmp = compare_with_server(pred, file, row.serialize_context);
+                let mut text: Vec<String> = cmp.differences.clone();
+                text.extend(
+                    cmp.writer_dependent
+                        .iter()
+                        .map(|d| format!("undecided: writer-dependent {d}")),
+                );
+                let ours = bytes_with_writer_fields(pred, file, &cmp);
+                let agrees = if !cmp.agrees() {
+                    Some(false)
+                } else if !cmp.writer_dependent.is_empty() {
+                    None
+                } else {
+                    Some(true)
+                };
+                Verdict {
+                    server_state: Some(state_name(file.builder.state)),
+                    server_source: Some(facts.path.clone()),
+                    agrees,
+                    disagreement: (!text.is_empty()).then(|| text.join("; ")),
+                    bytes_agree: ours.map(|ours| *raw == ours),
+                }
+            }
+            FileFact::Absent => Verdict::default(),
+            FileFact::Broken(text) => Verdict {
+                server_source: Some(facts.path.clone()),
+                agrees: Some(false),
+                disagreement: Some(text.clone()),
+                ..Verdict::default()
+            },
+        };
+    }
+    if row.restored_from.is_some() {
+        return Verdict {
+            server_state: Some("consistent".into()),
+            server_source: Some(facts.path.clone()),
+            agrees: Some(row.state == SnapBuildState::Consistent),
+            ..Verdict::default()
+        };
+    }
+    let became_consistent =
+        row.state_before < SnapBuildState::Consistent && row.state == SnapBuildState::Consistent;
+    if let Some(cf) = facts.confirmed_flush.filter(|_| became_consistent) {
+        if row.end_lsn.0 == cf {
+            return Verdict {
+                server_state: Some("consistent".into()),
+                server_source: Some("slot confirmed_flush_lsn".to_owned()),
+                agrees: Some(true),
+                ..Verdict::default()
+            };
+        }
+        // Later restarts begin at restart_lsn and may become consistent anywhere up to
+        // or past confirmed_flush (changes before it are skipped): no verdict then.
+    }
+    Verdict::default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::include::version::PgMajor;
+    use crate::include::xlogdefs::Lsn;
+    use crate::replication::decode::{Payload, RecordHead, RecordKind, Replay};
+    use crate::replication::snapbuild::{BuilderParams, RestoreResult};
+
+    /// A consistent replay (branch a) that then serializes at a shutdown checkpoint.
+    fn serialize_row() -> TraceRow {
+        let p = BuilderParams {
+            major: PgMajor(18),
+            initial_xmin_horizon: 0,
+            start_decoding_at: Lsn(0),
+            building_full_snapshot: false,
+            in_slot_creation: false,
+            two_phase_at: Lsn(0),
+        };
+        let mut r = Replay::new(&p, 5);
+        let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
+        let head = |lsn: u64, kind| RecordHead {
+            lsn: Lsn(lsn),
+            end_lsn: Lsn(lsn + 8),
+            xid: 0,
+            top_xid: 0,
+            rmid: 0,
+            kind,
+            name: None,
+        };
+        let running = crate::include::standbydefs::RunningXacts::new(600, 600, &[]);
+        r.feed(&head(100, RecordKind::RunningXacts), &Payload::RunningXacts(running), &mut none)
+            .unwrap();
+        r.feed(&head(200, RecordKind::CheckpointShutdown), &Payload::None, &mut none)
+            .unwrap()
+    }
+
+    fn facts(file: FileFact) -> ServerFacts {
+        ServerFacts {
+            path: "pg_logical/snapshots/0-C8.snap".into(),
+            file,
+            confirmed_flush: None,
+        }
+    }
+
+    #[test]
+    fn identical_file_agrees_byte_for_byte() {
+        let row = serialize_row();
+        let f = row.serialized.clone().unwrap();
+        assert_eq!(compare_with_server(&f, &f, None), FileComparison::default());
+        assert_eq!(bytes_with_writer_fields(&f, &f, &FileComparison::default()), f.encode());
+        let raw = f.encode().unwrap();
+        let v = judge_row(&row, &facts(FileFact::Read { file: f, raw }));
+        assert_eq!(v.agrees, Some(true));
+        assert_eq!(v.bytes_agree, Some(true));
+        assert_eq!(v.disagreement, None);
+    }
+
+    /// A writer-dependent difference is never "agrees = true": it is undecided (NULL)
+    /// with the field named, and a hard field difference is false.
+    #[test]
+    fn writer_dependent_difference_is_undecided_not_true() {
+        let row = serialize_row();
+        let mut server = row.serialized.clone().unwrap();
+        server.builder.xmax += 5;
+        let raw = server.encode().unwrap();
+        let v = judge_row(&row, &facts(FileFact::Read { file: server.clone(), raw }));
+        assert_eq!(v.agrees, None);
+        let d = v.disagreement.unwrap();
+        assert!(d.starts_with("undecided: writer-dependent xmax"), "{d}");
+        server.builder.next_phase_at += 1;
+        let raw = server.encode().unwrap();
+        let v = judge_row(&row, &facts(FileFact::Read { file: server, raw }));
+        assert_eq!(v.agrees, Some(false));
+    }
+
+    #[test]
+    fn broken_and_absent_files() {
+        let row = serialize_row();
+        let v = judge_row(&row, &facts(FileFact::Broken("bad magic".into())));
+        assert_eq!((v.agrees, v.disagreement.as_deref()), (Some(false), Some("bad magic")));
+        assert_eq!(judge_row(&row, &facts(FileFact::Absent)), Verdict::default());
+    }
+}

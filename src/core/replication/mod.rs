@@ -1,0 +1,7 @@
+//! Logical decoding: PostgreSQL's src/backend/replication/logical/.
+
+pub mod decode;
+pub mod logical;
+pub mod reorderbuffer;
+pub mod snapbuild;
+pub mod snapbuild_ondisk;

@@ -1,0 +1,676 @@
+//! Re-runs the parts of replication/logical/reorderbuffer.c the snapshot builder and the
+//! historic visibility rule depend on.
+//!
+//! * [`TupleCidHash`] is the `(relfilelocator, ctid) → (cmin, cmax)` map that
+//!   ReorderBufferBuildTupleCidHash builds from the NEW_CID records of the decoding
+//!   transaction; [`CidResolver`] looks tuples up in it as ResolveCminCmaxDuringDecoding
+//!   does, applying heap-rewrite mapping files (UpdateLogicalMappings) on a miss.
+//! * [`ReorderModel`] is the slice of the reorder buffer that snapbuild.c consults and
+//!   decode.c feeds: known transactions in first-LSN order, their subtransactions,
+//!   catalog-change flags, base snapshots, prepare LSNs, NEW_CID tuple-cid lists and
+//!   command ids.
+//! * [`historic_view`] is the snapshot choice of ReorderBufferProcessTXN at one point of
+//!   a transaction's replay (ReorderBufferCopySnap, ReorderBufferBuildTupleCidHash).
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::access::rewriteheap::{
+    parse_mapping_file_name, parse_mapping_records, RewriteMapping, REWRITE_MAPPING_SIZE,
+};
+use crate::include::reorderbuffer::{TupleCid, TupleCidEnt, TupleCidKey};
+use crate::include::server_lookups::{LookupError, ServerLookups};
+use crate::include::snapbuild::BuiltSnapshot;
+use crate::include::snapshot::{CommandId, HistoricSnapshot};
+use crate::include::transam::{self, TransactionId};
+use crate::include::xlogdefs::Lsn;
+
+/// The tuple-cid map of one decoding transaction.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TupleCidHash {
+    map: HashMap<TupleCidKey, TupleCidEnt>,
+}
+
+impl TupleCidHash {
+    /// Re-runs reorderbuffer.c ReorderBufferBuildTupleCidHash over the transaction's
+    /// tuple-cid list, in list order: the first entry of a tuple gives cmin, later ones
+    /// only replace cmax.
+    pub fn build(entries: &[TupleCid]) -> Self {
+        let mut map: HashMap<TupleCidKey, TupleCidEnt> = HashMap::with_capacity(entries.len());
+        for e in entries {
+            map.entry(e.key)
+                .and_modify(|ent| ent.cmax = e.cmax)
+                .or_insert(TupleCidEnt {
+                    cmin: e.cmin,
+                    cmax: e.cmax,
+                    combocid: e.combocid,
+                });
+        }
+        TupleCidHash { map }
+    }
+
+    /// One entry for one key (a what-if).
+    pub fn single(key: TupleCidKey, ent: TupleCidEnt) -> Self {
+        let mut map = HashMap::new();
+        map.insert(key, ent);
+        TupleCidHash { map }
+    }
+
+    pub fn get(&self, key: &TupleCidKey) -> Option<TupleCidEnt> {
+        self.map.get(key).copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Re-runs reorderbuffer.c ApplyLogicalMappingFile for one file's records: a tuple
+    /// the map knows at its old place is also known at its new place (an entry already
+    /// at the new place is kept).
+    pub fn apply_mappings(&mut self, records: &[RewriteMapping]) {
+        for m in records {
+            if let Some(ent) = self.map.get(&m.old).copied() {
+                self.map.entry(m.new).or_insert(ent);
+            }
+        }
+    }
+}
+
+/// The tuple-cid lookups of one scan: the decoding transaction's map (None when
+/// ReorderBufferBuildTupleCidHash leaves it unset) and the relation being scanned.
+#[derive(Clone, Debug, Default)]
+pub struct CidResolver {
+    pub hash: Option<TupleCidHash>,
+    /// `t_tableOid`: the mapping files are per relation.
+    pub rel_oid: u32,
+    /// MyDatabaseId, or 0 for a shared catalog (UpdateLogicalMappings's `dboid`).
+    pub db_oid: u32,
+    /// Mapping files applied so far (for the report).
+    pub applied_files: Vec<String>,
+}
+
+impl CidResolver {
+    /// Re-runs reorderbuffer.c ResolveCminCmaxDuringDecoding for the tuple at `key`:
+    /// no map at all is "unresolved"; a miss applies the relation's rewrite mappings
+    /// (UpdateLogicalMappings) once and looks again.
+    pub fn resolve(
+        &mut self,
+        key: &TupleCidKey,
+        snapshot: &HistoricSnapshot,
+        lookups: &mut dyn ServerLookups,
+    ) -> Result<Option<TupleCidEnt>, LookupError> {
+        if self.hash.is_none() {
+            return Ok(None);
+        }
+        if let Some(e) = self.hash.as_ref().and_then(|h| h.get(key)) {
+            return Ok(Some(e));
+        }
+        self.update_logical_mappings(snapshot, lookups)?;
+        Ok(self.hash.as_ref().and_then(|h| h.get(key)))
+    }
+
+    /// The entry the map holds for `key` now, without touching the mapping files.
+    pub fn peek(&self, key: &TupleCidKey) -> Option<TupleCidEnt> {
+        self.hash.as_ref().and_then(|h| h.get(key))
+    }
+
+    /// Re-runs reorderbuffer.c UpdateLogicalMappings: every `map-` file of this
+    /// database and relation whose rewriting transaction committed and whose mapped
+    /// xid is one of the decoding transaction's, applied in LSN order.
+    pub fn update_logical_mappings(
+        &mut self,
+        snapshot: &HistoricSnapshot,
+        lookups: &mut dyn ServerLookups,
+    ) -> Result<(), LookupError> {
+        let mut files = Vec::new();
+        for name in lookups.mapping_file_names()? {
+            if name == "." || name == ".." || !name.starts_with("map-") {
+                continue;
+            }
+            let f = parse_mapping_file_name(&name).ok_or_else(|| {
+                LookupError::Corrupt(format!("could not parse filename \"{name}\""))
+            })?;
+            if f.db_oid != self.db_oid || f.rel_oid != self.rel_oid {
+                continue;
+            }
+            if !lookups.did_commit(f.create_xid) {
+                continue;
+            }
+            if !snapshot.in_subxip(f.mapped_xid) {
+                continue;
+            }
+            files.push(f);
+        }
+        files.sort_by_key(|f| f.lsn);
+        for f in files {
+            let bytes = lookups.mapping_file(&f.name)?;
+            let (records, partial) = parse_mapping_records(&bytes);
+            if let Some(h) = self.hash.as_mut() {
+                h.apply_mappings(&records);
+            }
+            if let Some(n) = partial {
+                return Err(LookupError::Io(format!(
+                    "could not read from file \"pg_logical/mappings/{}\": read {n} instead of {REWRITE_MAPPING_SIZE} bytes",
+                    f.name
+                )));
+            }
+            self.applied_files.push(f.name);
+        }
+        Ok(())
+    }
+}
+
+/// A transaction as the reorder buffer knows it, as far as snapbuild.c cares.
+#[derive(Clone, Debug, Default)]
+struct Txn {
+    /// Top-level xid if this is an assigned subtransaction.
+    top: Option<TransactionId>,
+    /// `RBTXN_HAS_CATALOG_CHANGES`.
+    catalog_changes: bool,
+    /// Assigned subtransactions (for top-level ones).
+    subxacts: Vec<TransactionId>,
+    /// Its key in `ReorderModel::toplevel` while top-level: the order of `first_lsn`,
+    /// which records are read in.
+    seq: u64,
+    /// `restart_decoding_lsn`: the last serialization point before it began.
+    restart_decoding_lsn: Lsn,
+    /// `base_snapshot_lsn` and the xmin of `base_snapshot`, once a change was decoded.
+    base_snapshot: Option<(Lsn, TransactionId)>,
+    /// `tuplecids` (top-level transactions): the NEW_CID mappings, in record order.
+    tuplecids: Vec<TupleCid>,
+    /// The command ids queued for this (sub)transaction by ReorderBufferAddNewCommandId,
+    /// with the LSN of the record that queued each.
+    command_ids: Vec<(Lsn, CommandId)>,
+    /// `final_lsn` as ReorderBufferRememberPrepareInfo sets it: the PREPARE record's LSN,
+    /// once a two-phase decoder read it.
+    prepare_lsn: Option<Lsn>,
+}
+
+/// How the reorder buffer last saw a transaction (for [`DecodingTxn`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum TxnStatus {
+    /// Known and not yet finished.
+    InProgress,
+    /// Its commit (or COMMIT PREPARED) record was decoded at this LSN.
+    Committed(Lsn),
+    /// Its abort (or ROLLBACK PREPARED) record was decoded at this LSN.
+    Aborted(Lsn),
+    /// Dropped by ReorderBufferAbortOld at the RUNNING_XACTS record at this LSN.
+    ForgottenAsOld(Lsn),
+    /// No record of it was decoded.
+    Unknown,
+}
+
+impl DecodingTxn {
+    /// The command id ReorderBufferProcessTXN has reached once it replayed the
+    /// transaction's changes up to and including the record at `upto`: the largest
+    /// command-id change queued at or before it (replay keeps the running maximum),
+    /// `None` before the first.
+    pub fn command_id_upto(&self, upto: Lsn) -> Option<CommandId> {
+        self.command_ids
+            .iter()
+            .filter(|c| c.0 <= upto)
+            .map(|c| c.1)
+            .max()
+    }
+}
+
+impl TxnStatus {
+    pub fn label(self) -> String {
+        match self {
+            TxnStatus::InProgress => "in progress".into(),
+            TxnStatus::Committed(l) => format!("committed at {l}"),
+            TxnStatus::Aborted(l) => format!("aborted at {l}"),
+            TxnStatus::ForgottenAsOld(l) => format!("forgotten as old at {l}"),
+            TxnStatus::Unknown => "unknown".into(),
+        }
+    }
+}
+
+/// What ReorderBufferProcessTXN would start from for one top-level transaction: the
+/// inputs of ReorderBufferCopySnap and ReorderBufferBuildTupleCidHash.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct DecodingTxn {
+    /// The top-level xid (the one asked for, or its parent).
+    pub top: TransactionId,
+    /// Its subtransactions still attached (aborted ones are gone).
+    pub subxacts: Vec<TransactionId>,
+    /// The command ids queued for it and its attached subtransactions, with the LSN of
+    /// the NEW_CID record that queued each (those of aborted subtransactions are gone
+    /// with them), in LSN order.
+    pub command_ids: Vec<(Lsn, CommandId)>,
+    /// `RBTXN_HAS_CATALOG_CHANGES` of the top-level transaction.
+    pub catalog_changes: bool,
+    /// Its tuple-cid list.
+    pub tuplecids: Vec<TupleCid>,
+    pub status: TxnStatus,
+}
+
+/// The part of reorderbuffer.c the builder depends on: known transactions in
+/// first-seen order, their subtransactions, catalog-change flags and base snapshots.
+#[derive(Clone, Debug, Default)]
+pub struct ReorderModel {
+    txns: HashMap<TransactionId, Txn>,
+    /// Top-level xids in first-LSN order (`toplevel_by_lsn`), keyed by a first-seen
+    /// counter so that removing one is O(log n), as the server's list removal is O(1).
+    toplevel: BTreeMap<u64, TransactionId>,
+    next_seq: u64,
+    /// The transaction whose state is kept when the reorder buffer lets go of it, for a
+    /// question asked about it later (a top-level xid or one of its subtransactions).
+    /// `None` keeps nothing: the model then holds only what the server's reorder buffer
+    /// holds, and a trace's memory does not grow with the WAL it reads.
+    pub remember: Option<TransactionId>,
+    /// `current_restart_decoding_lsn`: set at each serialization or restore.
+    pub current_restart_decoding_lsn: Lsn,
+    /// Top-level transactions the reorder buffer has let go of, as they were just before
+    /// (commit, abort, ReorderBufferAbortOld), so that a later question about them can
+    /// be answered; keyed by top-level xid, with their subtransactions pointing there.
+    finished: HashMap<TransactionId, DecodingTxn>,
+    finished_sub: HashMap<TransactionId, TransactionId>,
+}
+
+impl ReorderModel {
+    /// Re-runs reorderbuffer.c ReorderBufferProcessXid: make sure `xid` is known
+    /// (created with the current restart point; records arrive in LSN order, so a
+    /// first-seen counter stands for `first_lsn`).
+    pub fn process_xid(&mut self, xid: TransactionId, _lsn: Lsn) {
+        if transam::is_valid(xid) && !self.txns.contains_key(&xid) {
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            let t = Txn {
+                seq,
+                restart_decoding_lsn: self.current_restart_decoding_lsn,
+                ..Txn::default()
+            };
+            self.txns.insert(xid, t);
+            self.toplevel.insert(seq, xid);
+        }
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferAssignChild (with
+    /// ReorderBufferTransferSnapToParent).
+    pub fn assign_child(&mut self, top: TransactionId, sub: TransactionId, lsn: Lsn) {
+        self.process_xid(top, lsn);
+        if !transam::is_valid(sub) || sub == top {
+            return;
+        }
+        match self.txns.get(&sub).map(|t| t.top) {
+            Some(Some(_)) => return, // already a known subtransaction
+            Some(None) => {
+                if let Some(seq) = self.txns.get(&sub).map(|t| t.seq) {
+                    self.toplevel.remove(&seq);
+                }
+            }
+            None => {
+                let t = Txn {
+                    restart_decoding_lsn: self.current_restart_decoding_lsn,
+                    ..Txn::default()
+                };
+                self.txns.insert(sub, t);
+            }
+        }
+        let (sub_cat, sub_base) = match self.txns.get_mut(&sub) {
+            Some(t) => {
+                t.top = Some(top);
+                (t.catalog_changes, t.base_snapshot.take())
+            }
+            None => (false, None),
+        };
+        if let Some(t) = self.txns.get_mut(&top) {
+            t.subxacts.push(sub);
+            if sub_cat {
+                t.catalog_changes = true;
+            }
+            // The parent takes the subtransaction's base snapshot if it is older.
+            if let Some(sb) = sub_base {
+                if t.base_snapshot.is_none_or(|tb| sb.0 < tb.0) {
+                    t.base_snapshot = Some(sb);
+                }
+            }
+        }
+    }
+
+    fn toplevel_of(&self, x: TransactionId) -> TransactionId {
+        self.txns.get(&x).and_then(|t| t.top).unwrap_or(x)
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferXidHasBaseSnapshot (asked of the top-level
+    /// transaction for a known subtransaction).
+    pub fn has_base_snapshot(&self, x: TransactionId) -> bool {
+        self.txns
+            .get(&self.toplevel_of(x))
+            .is_some_and(|t| t.base_snapshot.is_some())
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferSetBaseSnapshot.
+    pub fn set_base_snapshot(&mut self, x: TransactionId, lsn: Lsn, snapshot_xmin: TransactionId) {
+        self.process_xid(x, lsn);
+        let top = self.toplevel_of(x);
+        if let Some(t) = self.txns.get_mut(&top) {
+            t.base_snapshot.get_or_insert((lsn, snapshot_xmin));
+        }
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferGetOldestXmin: the xmin of the oldest base
+    /// snapshot held, if any.
+    pub fn oldest_xmin(&self) -> Option<TransactionId> {
+        self.txns
+            .values()
+            .filter_map(|t| t.base_snapshot)
+            .min_by_key(|b| b.0)
+            .map(|b| b.1)
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferGetOldestTXN: the top-level transaction with
+    /// the lowest first_lsn, as (xid, restart_decoding_lsn).
+    pub fn oldest_txn(&self) -> Option<(TransactionId, Lsn)> {
+        let (_, x) = self.toplevel.first_key_value()?;
+        self.txns.get(x).map(|t| (*x, t.restart_decoding_lsn))
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferXidSetCatalogChanges: flags `xid` and,
+    /// for a subtransaction, its top-level transaction.
+    pub fn set_catalog_changes(&mut self, xid: TransactionId, lsn: Lsn) {
+        self.process_xid(xid, lsn);
+        let top = self.txns.get(&xid).and_then(|t| t.top);
+        if let Some(t) = self.txns.get_mut(&xid) {
+            t.catalog_changes = true;
+        }
+        if let Some(top) = top {
+            if let Some(t) = self.txns.get_mut(&top) {
+                t.catalog_changes = true;
+            }
+        }
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferXidHasCatalogChanges.
+    pub fn has_catalog_changes(&self, xid: TransactionId) -> bool {
+        self.txns.get(&xid).is_some_and(|t| t.catalog_changes)
+    }
+
+    /// Whether `xid` is known at all (ReorderBufferTXNByXid without create).
+    pub fn knows(&self, xid: TransactionId) -> bool {
+        self.txns.contains_key(&xid)
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferRememberPrepareInfo: a known transaction
+    /// remembers its PREPARE record's LSN; false (nothing done) when `xid` is unknown.
+    pub fn remember_prepare_info(&mut self, xid: TransactionId, lsn: Lsn) -> bool {
+        match self.txns.get_mut(&xid) {
+            Some(t) => {
+                t.prepare_lsn = Some(lsn);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The PREPARE LSN a two-phase decoder remembered for `xid` (`final_lsn`, invalid
+    /// when it never read the PREPARE).
+    pub fn prepare_lsn(&self, xid: TransactionId) -> Lsn {
+        self.txns
+            .get(&xid)
+            .and_then(|t| t.prepare_lsn)
+            .unwrap_or(Lsn(0))
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferCleanupTXN for `xid` (and its subxacts).
+    pub fn cleanup(&mut self, xid: TransactionId) {
+        if let Some(t) = self.txns.remove(&xid) {
+            for s in t.subxacts {
+                self.txns.remove(&s);
+            }
+            match t.top {
+                Some(top) => {
+                    if let Some(tt) = self.txns.get_mut(&top) {
+                        tt.subxacts.retain(|x| *x != xid);
+                    }
+                }
+                None => {
+                    self.toplevel.remove(&t.seq);
+                }
+            }
+        }
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferAddNewTupleCids: append a NEW_CID mapping to
+    /// the list of top-level transaction `top` (created if unknown).
+    pub fn add_new_tuple_cids(&mut self, top: TransactionId, lsn: Lsn, c: TupleCid) {
+        if !transam::is_valid(top) {
+            return;
+        }
+        self.process_xid(top, lsn);
+        if let Some(t) = self.txns.get_mut(&top) {
+            t.tuplecids.push(c);
+        }
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferAddNewCommandId: queue command id `cid` for
+    /// `xid` (its own queue, merged into the top level's at replay).
+    pub fn add_new_command_id(&mut self, x: TransactionId, lsn: Lsn, cid: CommandId) {
+        if !transam::is_valid(x) {
+            return;
+        }
+        self.process_xid(x, lsn);
+        if let Some(t) = self.txns.get_mut(&x) {
+            t.command_ids.push((lsn, cid));
+        }
+    }
+
+    /// The inputs ReorderBufferProcessTXN would use for `x`'s top-level transaction now:
+    /// its attached subtransactions, the command ids queued for any of them, the
+    /// catalog-change flag and the tuple-cid list. `extra_subxacts` are xids a
+    /// commit record lists (ReorderBufferCommitChild attaches the known ones).
+    fn view(
+        &self,
+        top: TransactionId,
+        extra_subxacts: &[TransactionId],
+        status: TxnStatus,
+    ) -> Option<DecodingTxn> {
+        let t = self.txns.get(&top)?;
+        let mut subxacts = t.subxacts.clone();
+        for s in extra_subxacts {
+            if self.txns.contains_key(s) && !subxacts.contains(s) {
+                subxacts.push(*s);
+            }
+        }
+        let mut command_ids = t.command_ids.clone();
+        for s in &subxacts {
+            if let Some(st) = self.txns.get(s) {
+                command_ids.extend_from_slice(&st.command_ids);
+            }
+        }
+        command_ids.sort_by_key(|c| c.0);
+        Some(DecodingTxn {
+            top,
+            subxacts,
+            command_ids,
+            catalog_changes: t.catalog_changes,
+            tuplecids: t.tuplecids.clone(),
+            status,
+        })
+    }
+
+    /// What the reorder buffer holds (or last held) for the transaction `x` (a top-level
+    /// xid or one of its subtransactions).
+    pub fn decoding_txn(&self, x: TransactionId) -> DecodingTxn {
+        if self.txns.contains_key(&x) {
+            let top = self.toplevel_of(x);
+            if let Some(v) = self.view(top, &[], TxnStatus::InProgress) {
+                return v;
+            }
+        }
+        let top = self.finished_sub.get(&x).copied().unwrap_or(x);
+        if let Some(v) = self.finished.get(&top) {
+            return v.clone();
+        }
+        DecodingTxn {
+            top: x,
+            subxacts: Vec::new(),
+            command_ids: Vec::new(),
+            catalog_changes: false,
+            tuplecids: Vec::new(),
+            status: TxnStatus::Unknown,
+        }
+    }
+
+    /// Keeps what the top-level transaction `x` holds before the reorder buffer lets go
+    /// of it (nothing for a subtransaction or an unknown xid).
+    pub fn remember_finished(
+        &mut self,
+        x: TransactionId,
+        subxacts: &[TransactionId],
+        status: TxnStatus,
+    ) {
+        let Some(r) = self.remember else { return };
+        if self.txns.get(&x).is_none_or(|t| t.top.is_some()) {
+            return;
+        }
+        let concerns = r == x
+            || subxacts.contains(&r)
+            || self.txns.get(&x).is_some_and(|t| t.subxacts.contains(&r));
+        if !concerns {
+            return;
+        }
+        if let Some(v) = self.view(x, subxacts, status) {
+            for s in &v.subxacts {
+                self.finished_sub.insert(*s, x);
+            }
+            self.finished.insert(x, v);
+        }
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferAbortOld: drop top-level transactions older
+    /// than `oldest_running_xid`, in first-LSN order, stopping at the first that is not.
+    pub fn abort_old(&mut self, oldest_running_xid: TransactionId, lsn: Lsn) {
+        while let Some((_, &first)) = self.toplevel.first_key_value() {
+            if transam::precedes(first, oldest_running_xid) {
+                self.remember_finished(first, &[], TxnStatus::ForgottenAsOld(lsn));
+                self.cleanup(first);
+            } else {
+                break;
+            }
+        }
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferGetCatalogChangesXacts: every known
+    /// transaction flagged with catalog changes, sorted with xidComparator.
+    pub fn catalog_changes_xacts(&self) -> Vec<TransactionId> {
+        let mut v: Vec<_> = self
+            .txns
+            .iter()
+            .filter(|(_, t)| t.catalog_changes)
+            .map(|(x, _)| *x)
+            .collect();
+        v.sort_by(transam::xid_comparator);
+        v
+    }
+
+    /// Number of transactions held (for memory accounting in traces).
+    pub fn len(&self) -> usize {
+        self.txns.len()
+    }
+
+    /// Whether no transaction is held.
+    pub fn is_empty(&self) -> bool {
+        self.txns.is_empty()
+    }
+}
+
+/// The catalog snapshot of a replay at its current position, for one decoding
+/// transaction or none.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct HistoricView {
+    /// The builder's snapshot (SnapBuildBuildSnapshot) and where it was built.
+    pub base: BuiltSnapshot,
+    /// The snapshot HeapTupleSatisfiesHistoricMVCC gets: `base` itself, or
+    /// ReorderBufferCopySnap's copy for the decoding transaction once it has a command id.
+    pub snapshot: HistoricSnapshot,
+    /// The decoding transaction as the reorder buffer holds it.
+    pub decoding: Option<DecodingTxn>,
+    /// The entries ReorderBufferBuildTupleCidHash would hash; `None` when it leaves the
+    /// hash unset (no catalog changes or no NEW_CID for the transaction).
+    pub tuplecids: Option<Vec<TupleCid>>,
+}
+
+/// Re-runs the snapshot choice of reorderbuffer.c ReorderBufferProcessTXN at one point of
+/// a transaction's replay.
+///
+/// The decoder replays a transaction `decoding` starting from its base snapshot, replaced
+/// by each newer one a catalog commit distributes to it, so at any record the builder's
+/// snapshot `base` as of that record. At the first command-id change it makes a private
+/// copy (ReorderBufferCopySnap) holding the transaction's xids (the top level and the
+/// subtransactions still attached when it is replayed) and the running maximum of the
+/// command ids replayed so far, those queued at or before `upto`; before that the
+/// snapshot stays shared (no own xids, `curcid` 0). The tuple-cid hash
+/// (ReorderBufferBuildTupleCidHash) is built once, before replay, from the transaction's
+/// whole tuple-cid list, and only if it has catalog changes and such entries.
+pub fn historic_view(
+    base: BuiltSnapshot,
+    decoding: Option<DecodingTxn>,
+    upto: Lsn,
+) -> HistoricView {
+    let Some(d) = decoding else {
+        return HistoricView {
+            snapshot: base.snapshot.clone(),
+            base,
+            decoding: None,
+            tuplecids: None,
+        };
+    };
+    let snapshot = match d.command_id_upto(upto) {
+        Some(cid) => base.snapshot.copy_for(d.top, &d.subxacts, cid),
+        None => base.snapshot.clone(),
+    };
+    let tuplecids = (d.catalog_changes && !d.tuplecids.is_empty()).then(|| d.tuplecids.clone());
+    HistoricView {
+        base,
+        snapshot,
+        decoding: Some(d),
+        tuplecids,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::include::relfilelocator::RelFileLocator;
+    use crate::include::snapshot::INVALID_COMMAND_ID;
+    use crate::include::xlogdefs::Lsn;
+
+    #[test]
+    fn tuple_cid_hash_keeps_first_cmin_and_last_cmax() {
+        let k = TupleCidKey {
+            locator: RelFileLocator {
+                spc_oid: 1663,
+                db_oid: 5,
+                rel_number: 1249,
+            },
+            block: 1,
+            offset: 1,
+        };
+        let cid = |cmin, cmax| TupleCid {
+            lsn: Lsn(1),
+            key: k,
+            cmin,
+            cmax,
+            combocid: INVALID_COMMAND_ID,
+        };
+        let h = TupleCidHash::build(&[cid(0, INVALID_COMMAND_ID), cid(0, 2), cid(0, 4)]);
+        assert_eq!(h.get(&k).map(|e| (e.cmin, e.cmax)), Some((0, 4)));
+        assert_eq!(h.len(), 1);
+    }
+
+    #[test]
+    fn abort_old_stops_at_first_young_transaction() {
+        let mut r = ReorderModel::default();
+        r.process_xid(10, Lsn(1));
+        r.process_xid(30, Lsn(2));
+        r.process_xid(20, Lsn(3));
+        r.abort_old(25, Lsn(9));
+        assert_eq!(r.len(), 2); // 20 survives behind 30
+    }
+}

@@ -1,0 +1,3 @@
+//! Storage: PostgreSQL's src/include/storage/ and src/backend/storage/ (page layout).
+
+pub mod bufpage;
