@@ -376,21 +376,22 @@ impl WalReader {
     }
 }
 
-/// ERROR `undefined_file` (58P01) naming `start` if its WAL segment was already removed
+/// Whether the WAL segment holding `lsn` has not been removed yet
 /// (XLogGetLastRemovedSegno).
-pub fn check_available(start: Lsn) {
+pub fn is_available(lsn: Lsn) -> bool {
     unsafe {
         let seg_size = pg_sys::wal_segment_size as u64;
-        if seg_size == 0 {
-            return;
-        }
-        let last_removed = pg_sys::XLogGetLastRemovedSegno();
-        if start.0 / seg_size <= last_removed {
-            raise(
-                C::ERRCODE_UNDEFINED_FILE,
-                format!("WAL at {start} has already been removed"),
-            );
-        }
+        seg_size == 0 || lsn.0 / seg_size > pg_sys::XLogGetLastRemovedSegno()
+    }
+}
+
+/// ERROR `undefined_file` (58P01) naming `start` if its WAL segment was already removed.
+pub fn check_available(start: Lsn) {
+    if !is_available(start) {
+        raise(
+            C::ERRCODE_UNDEFINED_FILE,
+            format!("WAL at {start} has already been removed"),
+        );
     }
 }
 

@@ -78,10 +78,19 @@ impl DecodingContext {
     ///
     /// Errors: `undefined_file` (58P01) when the WAL at the start has been removed.
     pub fn start(input: ReplayInput) -> Self {
+        Self::start_in(input, unsafe { pg_sys::CurrentMemoryContext })
+    }
+
+    /// [`DecodingContext::start`] with the reader living in memory context `mcx` (which
+    /// must outlive the context), e.g. a set-returning function's multi-call context
+    /// when started while a per-call context is current.
+    pub fn start_in(input: ReplayInput, mcx: pg_sys::MemoryContext) -> Self {
         wal::check_available(input.start);
         let mut replay = Replay::new(&input.params, input.slot_db);
         replay.two_phase = input.two_phase.clone();
-        let reader = WalReader::try_open(input.start).map(|mut r| {
+        let opened =
+            unsafe { pgrx::PgMemoryContexts::For(mcx).switch_to(|_| WalReader::try_open(input.start)) };
+        let reader = opened.map(|mut r| {
             r.with_names = input.all_records;
             r
         });
@@ -93,11 +102,16 @@ impl DecodingContext {
             replay,
             reader,
             pending: None,
-            mcx: unsafe { pg_sys::CurrentMemoryContext },
+            mcx,
             last_record: None,
             records: 0,
             stopped,
         }
+    }
+
+    /// The memory context the reader lives in.
+    pub fn memory_context(&self) -> pg_sys::MemoryContext {
+        self.mcx
     }
 
     /// The `REPLAY START` row: the builder before any record, with the input's label

@@ -14,7 +14,9 @@
 pub mod decoding;
 pub mod input;
 pub mod verdict;
+pub mod writers;
 
 pub use decoding::{Captured, DecodingContext, Stop};
 pub use input::{for_range, for_slot, params_for_slot, RangeArgs, ReplayInput};
 pub use verdict::{judge, Traced};
+pub use writers::OtherWriters;

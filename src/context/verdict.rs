@@ -2,11 +2,12 @@
 //! `.snap` file it wrote at that LSN, the slot's confirmed_flush) and hands them, as
 //! plain values, to the core's comparison (`snapbuild_core::compare::judge_row`).
 
-use snapbuild_core::compare::{judge_row, FileFact, ServerFacts, Verdict};
+use snapbuild_core::compare::{compare_with_server, judge_row, FileFact, ServerFacts, Verdict};
 use snapbuild_core::TraceRow;
 
 use crate::adapter::slots::SlotCopy;
 use crate::adapter::snapfiles;
+use crate::context::writers::OtherWriters;
 
 /// A trace row with its verdict, as both the SQL and the JSON forms show it.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -18,8 +19,15 @@ pub struct Traced {
 }
 
 /// Reads the server facts for `row`: its `.snap` file on serialize rows (the restored
-/// file's path on branch b), and the slot's confirmed_flush once created.
-pub fn server_facts(row: &TraceRow, slot: Option<&SlotCopy>, version: u32) -> ServerFacts {
+/// file's path on branch b), the slot's confirmed_flush once created, and, when the
+/// replay's file differs from the server's only in writer-dependent fields, the files
+/// other possible writers would write there.
+pub fn server_facts(
+    row: &TraceRow,
+    slot: Option<&SlotCopy>,
+    version: u32,
+    writers: &mut OtherWriters,
+) -> ServerFacts {
     let file = if row.serialized.is_some() {
         match snapfiles::read_snapshot_bytes(row.lsn, version) {
             Ok(Some((file, raw))) => FileFact::Read { file, raw },
@@ -29,16 +37,28 @@ pub fn server_facts(row: &TraceRow, slot: Option<&SlotCopy>, version: u32) -> Se
     } else {
         FileFact::Absent
     };
+    let other_writers = match (&file, &row.serialized) {
+        (FileFact::Read { file, .. }, Some(pred)) => {
+            let cmp = compare_with_server(pred, file, row.serialize_context);
+            if cmp.agrees() && !cmp.writer_dependent.is_empty() {
+                writers.files_at(row, file)
+            } else {
+                Vec::new()
+            }
+        }
+        _ => Vec::new(),
+    };
     ServerFacts {
         path: snapfiles::path_for(row.restored_from.unwrap_or(row.lsn)),
         file,
         confirmed_flush: slot.filter(|s| !s.in_creation()).map(|s| s.confirmed_flush),
+        other_writers,
     }
 }
 
 /// [`server_facts`] then the core's `judge_row`.
-pub fn judge(row: TraceRow, slot: Option<&SlotCopy>, version: u32) -> Traced {
-    let facts = server_facts(&row, slot, version);
+pub fn judge(row: TraceRow, slot: Option<&SlotCopy>, version: u32, writers: &mut OtherWriters) -> Traced {
+    let facts = server_facts(&row, slot, version, writers);
     let verdict = judge_row(&row, &facts);
     Traced { row, verdict }
 }

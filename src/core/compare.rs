@@ -8,6 +8,7 @@
 //! [`judge_row`] turns that into the verdict columns of a trace row.
 
 use crate::include::snapbuild::SnapBuildState;
+use crate::include::xlogdefs::Lsn;
 use crate::replication::decode::TraceRow;
 use crate::replication::snapbuild::SerializeContext;
 use crate::replication::snapbuild_ondisk::SnapBuildOnDisk;
@@ -176,6 +177,18 @@ pub struct ServerFacts {
     pub file: FileFact,
     /// The traced slot's confirmed_flush, once created (not while in creation).
     pub confirmed_flush: Option<u64>,
+    /// Files other decoders would write at this LSN: `(start, file)` for a decoder that
+    /// restarted at `start` (an earlier serialization point) and read the same WAL. Asked
+    /// for only when the replay's own file differs from the server's in writer-dependent
+    /// fields alone.
+    pub other_writers: Vec<(Lsn, SnapBuildOnDisk)>,
+}
+
+/// Whether `other` (a file some decoder would write) equals `server` in every field the
+/// comparison looks at, writer-dependent ones included.
+pub fn writes_same_file(other: &SnapBuildOnDisk, server: &SnapBuildOnDisk) -> bool {
+    let c = compare_with_server(other, server, None);
+    c.differences.is_empty() && c.writer_dependent.is_empty() && other.builder.xmin == server.builder.xmin
 }
 
 /// The name pg_logicalinspect gives a raw SnapBuildState value (`unknown state` for any
@@ -210,13 +223,34 @@ pub fn judge_row(row: &TraceRow, facts: &ServerFacts) -> Verdict {
                         .map(|d| format!("undecided: writer-dependent {d}")),
                 );
                 let ours = bytes_with_writer_fields(pred, file, &cmp);
+                // A decoder that restarted elsewhere and writes exactly the server's file
+                // settles the writer-dependent fields.
+                let writer = (cmp.agrees() && !cmp.writer_dependent.is_empty())
+                    .then(|| {
+                        facts
+                            .other_writers
+                            .iter()
+                            .find(|(_, f)| writes_same_file(f, file))
+                            .map(|(start, _)| *start)
+                    })
+                    .flatten();
                 let agrees = if !cmp.agrees() {
                     Some(false)
-                } else if !cmp.writer_dependent.is_empty() {
-                    None
-                } else {
+                } else if cmp.writer_dependent.is_empty() || writer.is_some() {
                     Some(true)
+                } else {
+                    None
                 };
+                if let Some(start) = writer {
+                    text = vec![format!(
+                        "writer-dependent fields reproduced by a decoder restarted at {start}"
+                    )];
+                } else if agrees.is_none() {
+                    text.push(format!(
+                        "no decoder restarted at an earlier serialization point ({} tried) writes this file",
+                        facts.other_writers.len()
+                    ));
+                }
                 Verdict {
                     server_state: Some(state_name(file.builder.state)),
                     server_source: Some(facts.path.clone()),
@@ -263,7 +297,6 @@ pub fn judge_row(row: &TraceRow, facts: &ServerFacts) -> Verdict {
 mod tests {
     use super::*;
     use crate::include::version::PgMajor;
-    use crate::include::xlogdefs::Lsn;
     use crate::replication::decode::{Payload, RecordHead, RecordKind, Replay};
     use crate::replication::snapbuild::{BuilderParams, RestoreResult};
 
@@ -300,6 +333,7 @@ mod tests {
             path: "pg_logical/snapshots/0-C8.snap".into(),
             file,
             confirmed_flush: None,
+            other_writers: Vec::new(),
         }
     }
 
@@ -328,6 +362,12 @@ mod tests {
         assert_eq!(v.agrees, None);
         let d = v.disagreement.unwrap();
         assert!(d.starts_with("undecided: writer-dependent xmax"), "{d}");
+        // A decoder restarted elsewhere that writes exactly the server's file decides it.
+        let mut f = facts(FileFact::Read { file: server.clone(), raw: server.encode().unwrap() });
+        f.other_writers = vec![(Lsn(50), row.serialized.clone().unwrap()), (Lsn(40), server.clone())];
+        let v = judge_row(&row, &f);
+        assert_eq!(v.agrees, Some(true));
+        assert!(v.disagreement.unwrap().contains("restarted at 0/28"));
         server.builder.next_phase_at += 1;
         let raw = server.encode().unwrap();
         let v = judge_row(&row, &facts(FileFact::Read { file: server, raw }));

@@ -9,7 +9,7 @@ use snapbuild_core::replication::snapbuild::CommitVerdict;
 use snapbuild_core::BuilderParams;
 
 use crate::adapter::raise;
-use crate::context::{self, judge, DecodingContext, RangeArgs, ReplayInput, Traced};
+use crate::context::{self, judge, DecodingContext, OtherWriters, RangeArgs, ReplayInput, Traced};
 use crate::sql::types::{xids, PgLsn, PgName, Xid};
 
 /// The replay of a [`ReplayInput`], run lazily: each `next()` runs the record loop until
@@ -18,6 +18,7 @@ use crate::sql::types::{xids, PgLsn, PgName, Xid};
 pub struct TraceIter {
     ctx: DecodingContext,
     start_row: Option<Traced>,
+    writers: OtherWriters,
 }
 
 impl TraceIter {
@@ -28,11 +29,16 @@ impl TraceIter {
     /// with an `ERROR` row (the server would fail there too).
     pub fn start(input: ReplayInput) -> Self {
         let ctx = DecodingContext::start(input);
+        let writers = OtherWriters::new(&ctx);
         let start_row = Some(Traced {
             row: ctx.start_row(),
             verdict: Default::default(),
         });
-        TraceIter { ctx, start_row }
+        TraceIter {
+            ctx,
+            start_row,
+            writers,
+        }
     }
 }
 
@@ -48,7 +54,12 @@ impl Iterator for TraceIter {
             match self.ctx.next_row()? {
                 Ok(row) => {
                     if row.interesting || self.ctx.input.all_records {
-                        return Some(judge(row, self.ctx.input.slot.as_ref(), version));
+                        return Some(judge(
+                            row,
+                            self.ctx.input.slot.as_ref(),
+                            version,
+                            &mut self.writers,
+                        ));
                     }
                 }
                 Err(e) => {

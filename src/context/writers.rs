@@ -1,0 +1,150 @@
+//! Other writers of a `.snap` file: decoders that restarted at an earlier serialization
+//! point and read the same WAL. A file the server wrote at a serialization point depends
+//! on where its writer started (xmax, the committed xids and, after a restore, xmin); when
+//! the replay's own file differs only there, these replays say whether a decoder that
+//! restarted at one of the `.snap` files still on disk writes exactly the server's file.
+
+use snapbuild_core::compare::writes_same_file;
+use snapbuild_core::{BuilderParams, Lsn, SnapBuildOnDisk, TraceRow};
+
+use crate::adapter::snapfiles;
+use crate::adapter::wal;
+use crate::context::decoding::DecodingContext;
+use crate::context::input::ReplayInput;
+
+/// How many restart points a trace tries at most: each is one more replay of the WAL
+/// from there to the row (a reproducing one is kept and resumed for later rows).
+pub const MAX_OTHER_WRITERS: usize = 16;
+
+struct Shadow {
+    start: Lsn,
+    ctx: DecodingContext,
+    /// The last row it produced (rows come in LSN order).
+    last: Option<TraceRow>,
+}
+
+impl Shadow {
+    /// Advances to the record at `row`'s LSN and returns the file it serializes there.
+    fn file_at(&mut self, row: &TraceRow) -> Option<SnapBuildOnDisk> {
+        if self.start >= row.lsn {
+            return None;
+        }
+        while self.last.as_ref().is_none_or(|l| l.lsn < row.lsn) {
+            match self.ctx.next_row_upto(Some(row.end_lsn)) {
+                Some(Ok(r)) => self.last = Some(r),
+                // A broken file or the end of the WAL: this writer cannot be followed.
+                Some(Err(_)) | None => return None,
+            }
+        }
+        self.last
+            .as_ref()
+            .filter(|l| l.lsn == row.lsn)
+            .and_then(|l| l.serialized.clone())
+    }
+}
+
+/// Replays of other possible writers, started lazily and advanced only forward.
+pub struct OtherWriters {
+    /// The main replay's start (a decoder restarted there is the main replay itself).
+    main_start: Lsn,
+    slot_db: u32,
+    template: BuilderParams,
+    two_phase: snapbuild_core::replication::decode::TwoPhaseDecoding,
+    shadows: Vec<Shadow>,
+    /// Restart points already considered (opened, or skipped as unusable).
+    considered: Vec<Lsn>,
+    /// The memory context the replays' readers live in (the main replay's).
+    mcx: pgrx::pg_sys::MemoryContext,
+}
+
+impl OtherWriters {
+    /// For the replay `main`: other writers read WAL in its memory context.
+    pub fn new(main: &DecodingContext) -> Self {
+        let input = &main.input;
+        OtherWriters {
+            main_start: input.start,
+            slot_db: input.slot_db,
+            template: input.params.clone(),
+            two_phase: input.two_phase.clone(),
+            shadows: Vec::new(),
+            considered: Vec::new(),
+            mcx: main.memory_context(),
+        }
+    }
+
+    /// The files that decoders restarted at earlier `.snap` files would write at `row`'s
+    /// LSN, as `(restart point, file)`, ending with the first that writes exactly
+    /// `server` (the server's file there; its writer's own fields, start_decoding_at and
+    /// two_phase_at, parameterise the replays). A restart point that reproduced an
+    /// earlier file is asked first and kept; others are tried once each, those before the
+    /// replay's own start first, nearest first, at most [`MAX_OTHER_WRITERS`] over the
+    /// whole trace, and let go when they do not reproduce the file.
+    pub fn files_at(&mut self, row: &TraceRow, server: &SnapBuildOnDisk) -> Vec<(Lsn, SnapBuildOnDisk)> {
+        let mut out = Vec::new();
+        // Writers that reproduced an earlier file.
+        for s in &mut self.shadows {
+            if let Some(f) = s.file_at(row) {
+                let same = writes_same_file(&f, server);
+                out.push((s.start, f));
+                if same {
+                    return out;
+                }
+            }
+        }
+        while let Some(mut s) = self.open_next(row.lsn, server) {
+            if let Some(f) = s.file_at(row) {
+                let same = writes_same_file(&f, server);
+                out.push((s.start, f));
+                if same {
+                    self.shadows.push(s);
+                    return out;
+                }
+            }
+        }
+        out
+    }
+
+    /// The next untried restart point before `before`, opened as a replay.
+    fn open_next(&mut self, before: Lsn, server: &SnapBuildOnDisk) -> Option<Shadow> {
+        if self.considered.len() >= MAX_OTHER_WRITERS {
+            return None;
+        }
+        let entries = snapfiles::list().ok()?;
+        let main_start = self.main_start;
+        // Decoders restart where the slot's restart_lsn pointed, which only moves forward:
+        // the writer of a file the replay finds most likely started at or before the
+        // replay's own start.
+        let start = entries
+            .iter()
+            .filter_map(|e| e.lsn)
+            .filter(|l| *l < before && *l != main_start && !self.considered.contains(l))
+            .min_by_key(|l| (*l > main_start, if *l > main_start { l.0 } else { u64::MAX - l.0 }))?;
+        self.considered.push(start);
+        if !wal::is_available(start) {
+            return self.open_next(before, server);
+        }
+        let params = BuilderParams {
+            initial_xmin_horizon: 0,
+            start_decoding_at: server.builder.start_decoding_at,
+            building_full_snapshot: false,
+            in_slot_creation: false,
+            two_phase_at: server.builder.two_phase_at,
+            ..self.template.clone()
+        };
+        let input = ReplayInput {
+            params,
+            slot_db: self.slot_db,
+            start,
+            end: None,
+            slot: None,
+            two_phase: self.two_phase.clone(),
+            all_records: false,
+            label: format!("a decoder restarted at {start}"),
+        };
+        Some(Shadow {
+            start,
+            ctx: DecodingContext::start_in(input, self.mcx),
+            last: None,
+        })
+    }
+}
