@@ -55,8 +55,8 @@ pgrx_test() ( # MAJOR: #[pg_test] functions in a server pgrx starts itself, as u
 
 start_cluster() ( # MAJOR: `cargo pgrx test` installed a test build: put the normal one back,
     # then start a new cluster (a kept one could hold an older version of the extension).
-    cargo pgrx install --pg-config "$ROOT/.pg/$1/bin/pg_config" --no-default-features --features "pg$1" \
-        >"$W/logs/install-$1.log" 2>&1 || { tail -n 40 "$W/logs/install-$1.log"; exit 1; }
+    # Same release build as setup.sh (scripts/install.sh, with the frozen old-version scripts).
+    "$ROOT/scripts/install.sh" "$1" >"$W/logs/install-$1.log" 2>&1 || { tail -n 40 "$W/logs/install-$1.log"; exit 1; }
     "$ROOT/scripts/cluster.sh" stop "$1" >/dev/null 2>&1
     rm -rf "$W/pg$1"
     "$ROOT/scripts/cluster.sh" start "$1"
