@@ -81,12 +81,26 @@ regress() ( # MAJOR: pg_regress over pgrx-tests/regress, against the running clu
     exit 1
 )
 
+meta_version() ( # META.json (PGXN) carries Cargo.toml's version, for the distribution and the extension
+    cargo_version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+    python3 - "$cargo_version" <<'PY'
+import json, sys
+want = sys.argv[1]
+meta = json.load(open("META.json"))
+got = {"version": meta["version"], "provides.pg_snapbuild.version": meta["provides"]["pg_snapbuild"]["version"]}
+bad = {k: v for k, v in got.items() if v != want}
+print(f"Cargo.toml {want}; META.json {got}")
+sys.exit(1 if bad else 0)
+PY
+)
+
 multi_session() ( # MAJOR: pgrx-tests/ (pg_snapbuild_tests) with the cluster's environment
     eval "$("$ROOT/scripts/cluster.sh" env "$1")"
     timeout -k 30 "$LIMIT" cargo test -p pg_snapbuild_tests -- --test-threads=1 --nocapture
 )
 
 stage "setup" "$ROOT/scripts/setup.sh" || exit
+stage "META.json version = Cargo.toml version" meta_version
 stage "core: cargo test -p snapbuild-core" cargo test -p snapbuild-core
 for m in $MAJORS; do
     stage "pg$m: cargo pgrx test" pgrx_test "$m"
