@@ -5,7 +5,7 @@
 # Prints one summary line per stage; exits non-zero if any stage failed.
 # PGSNAP_MAJORS="18" limits the majors (default "18 17 16 15 14"). Test stages have time limits (below) so a
 # hung test cannot eat a CI budget: setup from nothing ~25 min (cargo-pgrx ~10, release builds ~3.5 min
-# for the first major + ~1 min per further one) + 5 x (6 + 2 + 6) min limits; typical runs stay well under 90 min.
+# for the first major + ~1 min per further one) + at most 5 x (6 + 2 + 6) min.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
