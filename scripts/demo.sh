@@ -7,7 +7,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 D=$ROOT/.work/demo
-"$ROOT/scripts/setup.sh"
+PGSNAP_MAJORS=18 "$ROOT/scripts/setup.sh"   # builds and installs only what the demo runs
 "$ROOT/scripts/cluster.sh" start 18
 eval "$("$ROOT/scripts/cluster.sh" env 18)"
 rm -rf "$D"; mkdir -p "$D"

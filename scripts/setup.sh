@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent setup: system packages, the `postgres` OS user, cargo-pgrx 0.18.0, PostgreSQL 18.6,
-# 17.11, 16.15, 15.19 and 14.22 unpacked under <repo>/.pg/NN, `cargo pgrx init`, and the extension
-# installed into each. PGSNAP_MAJORS="18 15" limits the majors (default: all five).
+# 17.11, 16.15, 15.19 and 14.22 unpacked under <repo>/.pg/NN, `cargo pgrx init`, and a release build
+# of the extension installed into each (scripts/install.sh). PGSNAP_MAJORS="18 15" limits the majors (default: all five).
 # Steps that are already done are skipped. Full command output goes to .work/logs/setup.log.
 set -euo pipefail
 
@@ -106,9 +106,9 @@ init_args=()
 for major in $MAJORS; do init_args+=("--pg$major" "$ROOT/.pg/$major/bin/pg_config"); done
 run "cargo pgrx init" cargo pgrx init "${init_args[@]}"
 
-# 6. build and install the extension into both trees
+# 6. build (--release) and install the extension into each tree, with the frozen install scripts
+#    of older versions (sql/pg_snapbuild--X.Y.Z.sql) that `cargo pgrx install` does not copy
 for major in $MAJORS; do
-    run "build + install pg_snapbuild into .pg/$major" cargo pgrx install \
-        --pg-config "$ROOT/.pg/$major/bin/pg_config" --no-default-features --features "pg$major"
+    run "build (release) + install pg_snapbuild into .pg/$major" "$ROOT/scripts/install.sh" "$major"
 done
 say "setup done"

@@ -4,7 +4,8 @@
 #   throw-away cluster (scripts/cluster.sh), the multi-session tests (pgrx-tests/), cluster stop.
 # Prints one summary line per stage; exits non-zero if any stage failed.
 # PGSNAP_MAJORS="18" limits the majors (default "18 17 16 15 14"). Test stages have time limits (below) so a
-# hung test cannot eat a CI budget: setup from nothing ~20 min + 5 x (6 + 2 + 6) min < 90 min.
+# hung test cannot eat a CI budget: setup from nothing ~25 min (cargo-pgrx ~10, release builds ~3.5 min
+# for the first major + ~1 min per further one) + at most 5 x (6 + 2 + 6) min.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -55,8 +56,8 @@ pgrx_test() ( # MAJOR: #[pg_test] functions in a server pgrx starts itself, as u
 
 start_cluster() ( # MAJOR: `cargo pgrx test` installed a test build: put the normal one back,
     # then start a new cluster (a kept one could hold an older version of the extension).
-    cargo pgrx install --pg-config "$ROOT/.pg/$1/bin/pg_config" --no-default-features --features "pg$1" \
-        >"$W/logs/install-$1.log" 2>&1 || { tail -n 40 "$W/logs/install-$1.log"; exit 1; }
+    # Same release build as setup.sh (scripts/install.sh, with the frozen old-version scripts).
+    "$ROOT/scripts/install.sh" "$1" >"$W/logs/install-$1.log" 2>&1 || { tail -n 40 "$W/logs/install-$1.log"; exit 1; }
     "$ROOT/scripts/cluster.sh" stop "$1" >/dev/null 2>&1
     rm -rf "$W/pg$1"
     "$ROOT/scripts/cluster.sh" start "$1"
@@ -81,12 +82,26 @@ regress() ( # MAJOR: pg_regress over pgrx-tests/regress, against the running clu
     exit 1
 )
 
+meta_version() ( # META.json (PGXN) carries Cargo.toml's version, for the distribution and the extension
+    cargo_version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+    python3 - "$cargo_version" <<'PY'
+import json, sys
+want = sys.argv[1]
+meta = json.load(open("META.json"))
+got = {"version": meta["version"], "provides.pg_snapbuild.version": meta["provides"]["pg_snapbuild"]["version"]}
+bad = {k: v for k, v in got.items() if v != want}
+print(f"Cargo.toml {want}; META.json {got}")
+sys.exit(1 if bad else 0)
+PY
+)
+
 multi_session() ( # MAJOR: pgrx-tests/ (pg_snapbuild_tests) with the cluster's environment
     eval "$("$ROOT/scripts/cluster.sh" env "$1")"
     timeout -k 30 "$LIMIT" cargo test -p pg_snapbuild_tests -- --test-threads=1 --nocapture
 )
 
 stage "setup" "$ROOT/scripts/setup.sh" || exit
+stage "META.json version = Cargo.toml version" meta_version
 stage "core: cargo test -p snapbuild-core" cargo test -p snapbuild-core
 for m in $MAJORS; do
     stage "pg$m: cargo pgrx test" pgrx_test "$m"

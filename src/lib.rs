@@ -17,34 +17,8 @@ pub mod adapter;
 pub mod context;
 pub mod sql;
 
-pgrx::extension_sql!(
-    r#"
-REVOKE ALL ON FUNCTION snapbuild_snapshot_info(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION snapbuild_snapshot_files() FROM PUBLIC;
-REVOKE ALL ON FUNCTION snapbuild_trace(name, bool) FROM PUBLIC;
-REVOKE ALL ON FUNCTION snapbuild_trace_json(name, bool) FROM PUBLIC;
-REVOKE ALL ON FUNCTION snapbuild_trace_range(pg_lsn, pg_lsn, xid, bool, bool, pg_lsn, bool, bool) FROM PUBLIC;
-REVOKE ALL ON FUNCTION snapbuild_slots() FROM PUBLIC;
-REVOKE ALL ON FUNCTION snapbuild_historic_snapshot(name, pg_lsn, xid) FROM PUBLIC;
-REVOKE ALL ON FUNCTION snapbuild_historic_snapshot_from_file(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION snapbuild_visibility(regclass, name, pg_lsn, xid, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION snapbuild_historic_visible(xid, xid, integer, integer, xid, xid, xid[], xid[], integer, integer, xid, xid[]) FROM PUBLIC;
-REVOKE ALL ON FUNCTION snapbuild_slot_prediction(name, pg_lsn) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION snapbuild_snapshot_info(text) TO pg_read_server_files;
-GRANT EXECUTE ON FUNCTION snapbuild_snapshot_files() TO pg_read_server_files;
-GRANT EXECUTE ON FUNCTION snapbuild_trace(name, bool) TO pg_read_server_files;
-GRANT EXECUTE ON FUNCTION snapbuild_trace_json(name, bool) TO pg_read_server_files;
-GRANT EXECUTE ON FUNCTION snapbuild_trace_range(pg_lsn, pg_lsn, xid, bool, bool, pg_lsn, bool, bool) TO pg_read_server_files;
-GRANT EXECUTE ON FUNCTION snapbuild_slots() TO pg_monitor;
-GRANT EXECUTE ON FUNCTION snapbuild_historic_snapshot(name, pg_lsn, xid) TO pg_read_server_files;
-GRANT EXECUTE ON FUNCTION snapbuild_historic_snapshot_from_file(text) TO pg_read_server_files;
-GRANT EXECUTE ON FUNCTION snapbuild_visibility(regclass, name, pg_lsn, xid, text) TO pg_read_server_files;
-GRANT EXECUTE ON FUNCTION snapbuild_historic_visible(xid, xid, integer, integer, xid, xid, xid[], xid[], integer, integer, xid, xid[]) TO pg_read_server_files;
-GRANT EXECUTE ON FUNCTION snapbuild_slot_prediction(name, pg_lsn) TO pg_read_server_files;
-"#,
-    name = "privileges",
-    finalize
-);
+// REVOKE/GRANT for every function, last in the install script (see sql/privileges.sql).
+pgrx::extension_sql_file!("../sql/privileges.sql", name = "privileges", finalize);
 
 /// In-server checks (`cargo pgrx test`): run inside a backend of a throw-away cluster.
 #[cfg(any(test, feature = "pg_test"))]
