@@ -367,6 +367,7 @@ impl WalReader {
                 },
                 // xl_logical_message: Oid dbId, then bool transactional.
                 RecordKind::LogicalMessage if data.len() > 4 => Payload::Message {
+                    db_id: u32::from_ne_bytes([data[0], data[1], data[2], data[3]]),
                     transactional: data[4] != 0,
                 },
                 _ => Payload::None,

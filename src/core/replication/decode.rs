@@ -170,10 +170,9 @@ pub enum Payload {
         db_id: u32,
         gid: String,
     },
-    /// A logical decoding message.
-    Message {
-        transactional: bool,
-    },
+    /// A logical decoding message (`xl_logical_message`): transactional or not, and the
+    /// database it was emitted in.
+    Message { transactional: bool, db_id: u32 },
     /// HEAP2 NEW_CID: the catalog tuple and command ids.
     NewCid(NewCid),
 }
@@ -547,13 +546,19 @@ impl Replay {
                 self.builder.process_change(head.xid, head.lsn);
                 self.row(head, before, None)
             }
+            // decode.c logicalmsg_decode: the xid is known (above); before FULL_SNAPSHOT,
+            // or for a message of another database, nothing else happens. Only then does
+            // a transactional message give its transaction a base snapshot.
             (
                 RecordKind::LogicalMessage,
                 Payload::Message {
                     transactional: true,
+                    db_id,
                 },
             ) => {
-                self.builder.process_change(head.xid, head.lsn);
+                if *db_id == self.slot_db {
+                    self.builder.process_change(head.xid, head.lsn);
+                }
                 self.row(head, before, None)
             }
             _ => self.row(head, before, None),
@@ -701,6 +706,9 @@ impl SnapBuild {
                 CommitVerdict::NotSeenBeforeFull,
                 DecodeVerdict::NotSeenBeforeFull,
             );
+        }
+        if has_invals && self.major.remembers_initial_running_xacts() {
+            self.xid_set_catalog_changes(x, subxacts, lsn);
         }
         let v = self.commit_txn(lsn, x, subxacts, has_invals);
         // DecodeTXNNeedSkip, then ReorderBufferCommitChild and ReorderBufferCommit /
@@ -924,6 +932,91 @@ mod tests {
             db_id,
             gid: gid.into(),
         }
+    }
+
+    /// A decoder restarted (branch b) at a RUNNING_XACTS listing `running` as running,
+    /// from a consistent file with xmin 900, xmax 901.
+    fn restarted(major: u32, running: &[TransactionId]) -> Replay {
+        let mut file_builder = SnapBuild::new(&params(major, false, 0));
+        let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
+        file_builder
+            .process_running_xacts(Lsn(1), &RunningXacts::new(900, 900, &[]), &mut none)
+            .unwrap();
+        file_builder.xmax = 901;
+        let file = file_builder.serialize(Lsn(0x500));
+        let mut r = Replay::new(&params(major, false, 0), 5);
+        let mut with_file = |_: Lsn| -> RestoreResult { Ok(Some(file.clone())) };
+        let rx = RunningXacts::new(running[0], 990, running);
+        r.feed(&head(0x500, RecordKind::RunningXacts, 0), &Payload::RunningXacts(rx), &mut with_file)
+            .unwrap();
+        assert_eq!(r.builder.state, SnapBuildState::Consistent);
+        r
+    }
+
+    /// 14 and 15: a transaction running at the restart point whose subxid cache
+    /// overflowed (RUNNING_XACTS lists only its top-level xid) commits with invalidations:
+    /// SnapBuildXidSetCatalogChanges flags the top level and every subxact of the commit
+    /// record, so all of them become committed catalog changers and xmax passes the last
+    /// subxid (seen on 14.22 and 15.19: 71 committed xids for 70 subtransactions). An
+    /// earlier flag on the top level (a DDL decoded after the restart) skips that.
+    #[test]
+    fn initial_running_xacts_flag_every_listed_subxact_on_14_and_15() {
+        let top = 950;
+        let subs: Vec<TransactionId> = (951..=1020).collect();
+        let commit = Payload::Commit {
+            xid: top,
+            subxacts: subs.clone(),
+            has_invals: true,
+            db_id: 5,
+            gid: String::new(),
+        };
+        let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
+        for major in [14, 15] {
+            let mut r = restarted(major, &[top]);
+            r.feed(&head(0x600, RecordKind::Commit, top), &commit, &mut none).unwrap();
+            let mut committed = r.builder.committed_xip.clone();
+            committed.sort_unstable();
+            let mut want = subs.clone();
+            want.push(top);
+            want.sort_unstable();
+            assert_eq!(committed, want, "PG {major}");
+            assert_eq!(r.builder.xmax, 1021, "PG {major}");
+
+            // Already flagged (its DDL after the restart point was decoded): only the
+            // top level counts.
+            let mut r = restarted(major, &[top]);
+            r.builder.reorder.set_catalog_changes(top, Lsn(0x580));
+            r.feed(&head(0x600, RecordKind::Commit, top), &commit, &mut none).unwrap();
+            assert_eq!(r.builder.committed_xip, vec![top], "PG {major}");
+            assert_eq!(r.builder.xmax, top + 1, "PG {major}");
+        }
+        // Not listed at the restart point: nothing is flagged.
+        let mut r = restarted(15, &[940]);
+        r.feed(&head(0x600, RecordKind::Commit, top), &commit, &mut none).unwrap();
+        assert!(r.builder.committed_xip.is_empty());
+    }
+
+    /// decode.c logicalmsg_decode returns for a message of another database before
+    /// SnapBuildProcessChange: no base snapshot for its transaction (so nothing holds the
+    /// slot's catalog_xmin back); one of the slot's own database gets one.
+    #[test]
+    fn transactional_message_of_another_database_gets_no_base_snapshot() {
+        let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
+        let mut r = restarted(18, &[899]);
+        let msg = |db_id| Payload::Message {
+            transactional: true,
+            db_id,
+        };
+        let mut h = head(0x600, RecordKind::LogicalMessage, 960);
+        h.rmid = crate::include::rmgrlist::RM_LOGICALMSG_ID;
+        r.feed(&h, &msg(6), &mut none).unwrap();
+        assert!(r.builder.reorder.knows(960));
+        assert!(!r.builder.reorder.has_base_snapshot(960));
+        assert_eq!(r.builder.reorder.oldest_xmin(), None);
+        let mut h = head(0x700, RecordKind::LogicalMessage, 961);
+        h.rmid = crate::include::rmgrlist::RM_LOGICALMSG_ID;
+        r.feed(&h, &msg(5), &mut none).unwrap();
+        assert!(r.builder.reorder.has_base_snapshot(961));
     }
 
     /// decode.c's two-phase paths (DecodePrepare, FilterPrepare, ReorderBufferFinishPrepared)

@@ -616,22 +616,37 @@ impl SnapBuild {
         self.committed_xip.push(x);
     }
 
-    /// Re-runs snapbuild.c SnapBuildXidHasCatalogChanges: flagged in the reorder buffer,
-    /// or (commit record with invalidations) listed in catchange (16+) /
-    /// InitialRunningXacts (14, 15).
+    /// Re-runs snapbuild.c SnapBuildXidHasCatalogChanges (16+): flagged in the reorder
+    /// buffer, or (commit record with invalidations) listed in catchange. On 14 and 15
+    /// SnapBuildCommitTxn asks the reorder buffer alone; the InitialRunningXacts list
+    /// works earlier, through [`SnapBuild::xid_set_catalog_changes`].
     pub fn xid_has_catalog_changes(&self, x: TransactionId, has_invals: bool) -> bool {
         if self.reorder.has_catalog_changes(x) {
             return true;
         }
-        if !has_invals {
+        if !has_invals || self.major.remembers_initial_running_xacts() {
             return false;
         }
-        let list = if self.major.remembers_initial_running_xacts() {
-            &self.initial_running_xacts
-        } else {
-            &self.catchange_xip
-        };
-        list.binary_search(&x).is_ok()
+        self.catchange_xip.binary_search(&x).is_ok()
+    }
+
+    /// Re-runs snapbuild.c SnapBuildXidSetCatalogChanges (14, 15; decode.c DecodeCommit
+    /// calls it before SnapBuildCommitTxn for a commit record with invalidations): a
+    /// top-level `x` listed in InitialRunningXacts and not yet flagged is flagged, and so
+    /// is every subtransaction the commit record lists, each assigned to `x` first, since
+    /// the record cannot say which of them changed the catalog.
+    pub fn xid_set_catalog_changes(&mut self, x: TransactionId, subxacts: &[TransactionId], lsn: Lsn) {
+        if self.initial_running_xacts.is_empty() || self.reorder.has_catalog_changes(x) {
+            return;
+        }
+        if self.initial_running_xacts.binary_search(&x).is_err() {
+            return;
+        }
+        self.reorder.set_catalog_changes(x, lsn);
+        for &sub in subxacts {
+            self.reorder.assign_child(x, sub, lsn);
+            self.reorder.set_catalog_changes(sub, lsn);
+        }
     }
 
     /// Re-runs snapbuild.c SnapBuildCommitTxn.
