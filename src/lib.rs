@@ -241,6 +241,32 @@ mod tests {
         .unwrap();
         assert_eq!(bad, Some(0));
     }
+
+    /// The core's bounds-checked xact record parsers read every commit, abort and
+    /// prepare record of the cluster's WAL (initdb's included: invalidations, dropped
+    /// relations, database info) exactly as xactdesc.c's ParseCommitRecord /
+    /// ParseAbortRecord / ParsePrepareRecord do.
+    #[pg_test]
+    fn xact_records_parse_like_xactdesc() {
+        let first: String = Spi::get_one("SELECT min(name) FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$'")
+            .unwrap()
+            .unwrap();
+        let log = u64::from_str_radix(&first[8..16], 16).unwrap();
+        let seg = u64::from_str_radix(&first[16..24], 16).unwrap();
+        let seg_size = unsafe { pg_sys::wal_segment_size } as u64;
+        let start = (log << 32) + seg * seg_size + pg_sys::XLOG_BLCKSZ as u64;
+        let rows = Spi::get_one::<i64>(&format!(
+            "SELECT count(*) FROM snapbuild_trace_range('{:X}/{:X}'::pg_lsn, in_slot_creation => false)",
+            start >> 32,
+            start & 0xffff_ffff
+        ))
+        .unwrap()
+        .unwrap();
+        assert!(rows > 0);
+        let (seen, diffs) = crate::adapter::wal::xact_check::SEEN.with(|s| s.borrow().clone());
+        assert!(seen > 20, "only {seen} xact records read");
+        assert!(diffs.is_empty(), "{} of {seen} differ: {diffs:#?}", diffs.len());
+    }
 }
 
 /// Required by `cargo pgrx test`.

@@ -24,7 +24,7 @@ impl SnapFileError {
     /// Raises this as a PostgreSQL ERROR with the matching SQLSTATE:
     /// `invalid_parameter_value` (22023) for a bad name, `undefined_file` (58P01) for a
     /// missing file, `io_error` (58030) for other I/O, `data_corrupted` (XX001) for bad
-    /// contents.
+    /// contents, `internal_error` (XX000) for a count too large to allocate.
     pub fn raise(self) -> ! {
         use pgrx::PgSqlErrorCode as C;
         match self {
@@ -44,7 +44,12 @@ impl SnapFileError {
                 )
             }
             SnapFileError::Corrupt { path, err } => {
-                crate::adapter::raise(C::ERRCODE_DATA_CORRUPTED, err.message(&path))
+                let code = if err.is_internal_error() {
+                    C::ERRCODE_INTERNAL_ERROR
+                } else {
+                    C::ERRCODE_DATA_CORRUPTED
+                };
+                crate::adapter::raise(code, err.message(&path))
             }
         }
     }

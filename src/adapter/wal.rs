@@ -4,6 +4,7 @@
 
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode as C;
+use snapbuild_core::access::xactdesc;
 use snapbuild_core::include::heapam_xlog::NewCid;
 use snapbuild_core::replication::decode::{Payload, RecordHead, RecordKind};
 use snapbuild_core::{Lsn, RunningXacts};
@@ -311,51 +312,48 @@ impl WalReader {
                         format!("RUNNING_XACTS record at {} is malformed: {e}", head.lsn),
                     ),
                 },
-                RecordKind::Commit | RecordKind::CommitPrepared if !data.is_empty() => {
-                    let mut parsed: pg_sys::xl_xact_parsed_commit = std::mem::zeroed();
-                    pg_sys::ParseCommitRecord(
-                        cur.info,
-                        cur.main_data as *mut pg_sys::xl_xact_commit,
-                        &mut parsed,
-                    );
-                    Payload::Commit {
-                        xid: twophase_or(parsed.twophase_xid, head.xid),
-                        subxacts: xid_slice(parsed.subxacts, parsed.nsubxacts),
-                        has_invals: parsed.xinfo & pg_sys::XACT_XINFO_HAS_INVALS != 0,
-                        db_id: parsed.dbId.to_u32(),
-                        gid: gid_text(&parsed.twophase_gid),
-                    }
-                }
-                RecordKind::Abort | RecordKind::AbortPrepared if !data.is_empty() => {
-                    let mut parsed: pg_sys::xl_xact_parsed_abort = std::mem::zeroed();
-                    pg_sys::ParseAbortRecord(
-                        cur.info,
-                        cur.main_data as *mut pg_sys::xl_xact_abort,
-                        &mut parsed,
-                    );
-                    Payload::Abort {
-                        xid: twophase_or(parsed.twophase_xid, head.xid),
-                        subxacts: xid_slice(parsed.subxacts, parsed.nsubxacts),
-                        db_id: parsed.dbId.to_u32(),
-                        gid: gid_text(&parsed.twophase_gid),
-                    }
-                }
-                // ParsePrepareRecord reads the fixed header and the arrays after it; the
-                // header alone must be there.
-                RecordKind::Prepare
-                    if data.len() >= std::mem::size_of::<pg_sys::xl_xact_prepare>() =>
-                {
-                    let mut parsed: pg_sys::xl_xact_parsed_prepare = std::mem::zeroed();
-                    pg_sys::ParsePrepareRecord(
-                        cur.info,
-                        cur.main_data as *mut pg_sys::xl_xact_prepare,
-                        &mut parsed,
-                    );
-                    Payload::Prepare {
-                        xid: twophase_or(parsed.twophase_xid, head.xid),
-                        subxacts: xid_slice(parsed.subxacts, parsed.nsubxacts),
-                        db_id: parsed.dbId.to_u32(),
-                        gid: gid_text(&parsed.twophase_gid),
+                // Parsed in the core with every count checked against the data
+                // (xactdesc.c's parsers trust them).
+                RecordKind::Commit
+                | RecordKind::CommitPrepared
+                | RecordKind::Abort
+                | RecordKind::AbortPrepared
+                | RecordKind::Prepare => {
+                    let major = crate::adapter::server_major();
+                    let parsed = if kind == RecordKind::Prepare {
+                        xactdesc::parse_prepare(major, data)
+                    } else {
+                        xactdesc::parse_commit_or_abort(major, cur.info, data)
+                    };
+                    let p = parsed.unwrap_or_else(|e| {
+                        raise(
+                            C::ERRCODE_DATA_CORRUPTED,
+                            format!("{} record at {} is malformed: {e}", kind.name(), head.lsn),
+                        )
+                    });
+                    #[cfg(any(test, feature = "pg_test"))]
+                    xact_check::compare(kind, &cur, &p, head.lsn);
+                    let xid = if p.twophase_xid != 0 { p.twophase_xid } else { head.xid };
+                    match kind {
+                        RecordKind::Commit | RecordKind::CommitPrepared => Payload::Commit {
+                            xid,
+                            has_invals: p.has_invals(),
+                            subxacts: p.subxacts,
+                            db_id: p.db_id,
+                            gid: p.gid,
+                        },
+                        RecordKind::Prepare => Payload::Prepare {
+                            xid,
+                            subxacts: p.subxacts,
+                            db_id: p.db_id,
+                            gid: p.gid,
+                        },
+                        _ => Payload::Abort {
+                            xid,
+                            subxacts: p.subxacts,
+                            db_id: p.db_id,
+                            gid: p.gid,
+                        },
                     }
                 }
                 RecordKind::NewCid => match NewCid::parse(data) {
@@ -402,23 +400,6 @@ pub fn flush_lsn() -> Lsn {
 }
 
 /// The NUL-terminated gid of a parsed commit, abort or prepare record (empty if none).
-fn gid_text(gid: &[std::ffi::c_char]) -> String {
-    let bytes: Vec<u8> = gid
-        .iter()
-        .take_while(|c| **c != 0)
-        .map(|c| *c as u8)
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
-}
-
-fn twophase_or(twophase: pg_sys::TransactionId, xid: u32) -> u32 {
-    if twophase != pg_sys::TransactionId::INVALID {
-        twophase.into_inner()
-    } else {
-        xid
-    }
-}
-
 /// pg_waldump's `rmgr/TYPE` for a record (rm_name and rm_identify).
 fn record_name(rmid: u8, info: u8) -> String {
     unsafe {
@@ -442,14 +423,68 @@ fn record_name(rmid: u8, info: u8) -> String {
     }
 }
 
-unsafe fn xid_slice(p: *mut pg_sys::TransactionId, n: std::ffi::c_int) -> Vec<u32> {
-    if p.is_null() || n <= 0 {
-        return Vec::new();
+/// In-server check of the core's xact record parsers: every commit, abort and prepare
+/// record read is parsed by xactdesc.c too, and differences are collected.
+#[cfg(any(test, feature = "pg_test"))]
+pub mod xact_check {
+    use super::*;
+    use snapbuild_core::access::xactdesc::ParsedXact;
+    use std::cell::RefCell;
+
+    thread_local! {
+        /// (records compared, differences found)
+        pub static SEEN: RefCell<(usize, Vec<String>)> = const { RefCell::new((0, Vec::new())) };
     }
-    std::slice::from_raw_parts(p, n as usize)
-        .iter()
-        .map(|x| x.into_inner())
-        .collect()
+
+    fn gid_text(gid: &[std::ffi::c_char]) -> String {
+        let bytes: Vec<u8> = gid.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    unsafe fn xid_slice(p: *mut pg_sys::TransactionId, n: std::ffi::c_int) -> Vec<u32> {
+        if p.is_null() || n <= 0 {
+            return Vec::new();
+        }
+        std::slice::from_raw_parts(p, n as usize).iter().map(|x| x.into_inner()).collect()
+    }
+
+    pub(super) unsafe fn compare(kind: RecordKind, cur: &Current, ours: &ParsedXact, lsn: Lsn) {
+        let theirs = match kind {
+            RecordKind::Commit | RecordKind::CommitPrepared => {
+                let mut p: pg_sys::xl_xact_parsed_commit = std::mem::zeroed();
+                pg_sys::ParseCommitRecord(cur.info, cur.main_data as *mut pg_sys::xl_xact_commit, &mut p);
+                (p.xinfo, p.dbId.to_u32(), xid_slice(p.subxacts, p.nsubxacts), p.twophase_xid.into_inner(), gid_text(&p.twophase_gid))
+            }
+            RecordKind::Abort | RecordKind::AbortPrepared => {
+                let mut p: pg_sys::xl_xact_parsed_abort = std::mem::zeroed();
+                pg_sys::ParseAbortRecord(cur.info, cur.main_data as *mut pg_sys::xl_xact_abort, &mut p);
+                (p.xinfo, p.dbId.to_u32(), xid_slice(p.subxacts, p.nsubxacts), p.twophase_xid.into_inner(), gid_text(&p.twophase_gid))
+            }
+            _ => {
+                let mut p: pg_sys::xl_xact_parsed_prepare = std::mem::zeroed();
+                pg_sys::ParsePrepareRecord(cur.info, cur.main_data as *mut pg_sys::xl_xact_prepare, &mut p);
+                let invals = if p.nmsgs > 0 { pg_sys::XACT_XINFO_HAS_INVALS } else { 0 };
+                (invals, p.dbId.to_u32(), xid_slice(p.subxacts, p.nsubxacts), p.twophase_xid.into_inner(), gid_text(&p.twophase_gid))
+            }
+        };
+        let mine = (ours.xinfo, ours.db_id, ours.subxacts.clone(), ours.twophase_xid, ours.gid.clone());
+        SEEN.with(|s| {
+            let mut s = s.borrow_mut();
+            s.0 += 1;
+            if mine != theirs {
+                s.1.push(format!("{lsn} {}: ours {mine:?}, xactdesc.c {theirs:?}", kind.name()));
+            }
+            // A commit or abort record holds exactly its parts.
+            if kind != RecordKind::Prepare && ours.parsed_len != cur.main_data_len as usize {
+                s.1.push(format!(
+                    "{lsn} {}: parts cover {} of {} bytes",
+                    kind.name(),
+                    ours.parsed_len,
+                    cur.main_data_len
+                ));
+            }
+        });
+    }
 }
 
 impl Drop for WalReader {

@@ -195,7 +195,11 @@ impl DecodingContext {
         match self.next_row_upto(limit)? {
             Ok(row) => Some(row),
             Err(e) => raise(
-                PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+                if e.error.is_internal_error() {
+                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR
+                } else {
+                    PgSqlErrorCode::ERRCODE_DATA_CORRUPTED
+                },
                 e.error.message(&snapfiles::path_for(e.row.lsn)),
             ),
         }

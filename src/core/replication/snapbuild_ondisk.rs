@@ -108,7 +108,13 @@ pub enum OnDiskError {
     UnknownLayout { version: u32 },
     /// Stored and computed CRC-32C differ.
     ChecksumMismatch { computed: u32, stored: u32 },
+    /// A count whose array (`4 × count` bytes, wrapping as the server's `size_t` does)
+    /// exceeds MaxAllocSize: the server's palloc fails before it reads the array.
+    AllocTooLarge { size: u64 },
 }
+
+/// mcxt.c's MaxAllocSize (1 GB - 1).
+pub const MAX_ALLOC_SIZE: u64 = 0x3fff_ffff;
 
 impl OnDiskError {
     /// The server's message text for this defect, naming `path`.
@@ -129,7 +135,14 @@ impl OnDiskError {
             OnDiskError::ChecksumMismatch { computed, stored } => format!(
                 "checksum mismatch for snapbuild state file \"{path}\": is {computed}, should be {stored}"
             ),
+            OnDiskError::AllocTooLarge { size } => format!("invalid memory alloc request size {size}"),
         }
+    }
+
+    /// Whether the server reports this as an internal error (palloc's elog, SQLSTATE
+    /// XX000) rather than `data_corrupted` (XX001).
+    pub fn is_internal_error(&self) -> bool {
+        matches!(self, OnDiskError::AllocTooLarge { .. })
     }
 }
 
@@ -231,20 +244,21 @@ impl SnapBuildOnDisk {
             includes_all_transactions: b[96] != 0,
             catchange_xcnt: (version >= 5).then(|| u64_at(b, 112)),
         };
-        let arr_bytes = |n: u64| -> usize {
-            // An absurd count cannot be satisfied by the file: ask for more than exists.
-            usize::try_from(n)
-                .ok()
-                .and_then(|n| n.checked_mul(4))
-                .unwrap_or(usize::MAX)
+        // MemoryContextAllocZero(sizeof(TransactionId) * xcnt) before each array is read.
+        let arr_bytes = |n: u64| -> Result<usize, OnDiskError> {
+            let size = n.wrapping_mul(4);
+            if size > MAX_ALLOC_SIZE {
+                return Err(OnDiskError::AllocTooLarge { size });
+            }
+            Ok(size as usize)
         };
         let mut committed_xip = Vec::new();
         if builder.committed_xcnt > 0 {
-            committed_xip = xids_from(cur.take(arr_bytes(builder.committed_xcnt))?);
+            committed_xip = xids_from(cur.take(arr_bytes(builder.committed_xcnt)?)?);
         }
         let mut catchange_xip = Vec::new();
         if let Some(n) = builder.catchange_xcnt.filter(|n| *n > 0) {
-            catchange_xip = xids_from(cur.take(arr_bytes(n))?);
+            catchange_xip = xids_from(cur.take(arr_bytes(n)?)?);
         }
         let computed = crc32c::crc32c(&data[NOT_CHECKSUMMED_SIZE..cur.pos]);
         if computed != checksum {
@@ -397,10 +411,24 @@ mod tests {
             SnapBuildOnDisk::decode(&flip, 6),
             Err(OnDiskError::ChecksumMismatch { .. })
         ));
-        let mut huge = good;
+        // A count whose array the server cannot palloc: its error, before any read.
+        let mut huge = good.clone();
         huge[16 + 80..16 + 88].copy_from_slice(&u64::MAX.to_le_bytes());
+        let e = SnapBuildOnDisk::decode(&huge, 6).unwrap_err();
+        assert_eq!(e, OnDiskError::AllocTooLarge { size: u64::MAX.wrapping_mul(4) });
+        assert_eq!(e.message("x"), "invalid memory alloc request size 18446744073709551612");
+        assert!(e.is_internal_error());
+        let mut over = good.clone();
+        over[16 + 80..16 + 88].copy_from_slice(&(MAX_ALLOC_SIZE / 4 + 1).to_le_bytes());
+        assert_eq!(
+            SnapBuildOnDisk::decode(&over, 6),
+            Err(OnDiskError::AllocTooLarge { size: 0x4000_0000 })
+        );
+        // Within MaxAllocSize but longer than the file: a short read.
+        let mut long = good;
+        long[16 + 80..16 + 88].copy_from_slice(&(MAX_ALLOC_SIZE / 4).to_le_bytes());
         assert!(matches!(
-            SnapBuildOnDisk::decode(&huge, 6),
+            SnapBuildOnDisk::decode(&long, 6),
             Err(OnDiskError::ShortRead { .. })
         ));
     }
