@@ -189,7 +189,13 @@ fn check_running_xacts_row(r: &TraceRow, l: u64, w: &WalRunningXacts, rows: &[Tr
 /// The row lists the record's top-level xids and subxids. The description has both from
 /// 16 on; before that only the top-level ones (`theirs`, sorted), which must all be in
 /// the row.
-fn check_running_xids(r: &TraceRow, l: u64, w: &WalRunningXacts, theirs: &[u64], rows: &[TraceRow]) {
+fn check_running_xids(
+    r: &TraceRow,
+    l: u64,
+    w: &WalRunningXacts,
+    theirs: &[u64],
+    rows: &[TraceRow],
+) {
     let mut ours = r.running_xids.clone().unwrap_or_default();
     ours.sort_unstable();
     if w.lists_subxacts {

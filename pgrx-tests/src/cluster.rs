@@ -95,6 +95,15 @@ pub fn serial() -> Serial {
     }
 }
 
+/// The start of a live test: [`serial`], the environment ([`env`]) and a set-up session
+/// ([`Env::setup`]); `None` when live tests are skipped on purpose.
+pub fn start() -> Option<(Serial, Env, Client)> {
+    let g = serial();
+    let env = env()?;
+    let c = env.setup();
+    Some((g, env, c))
+}
+
 static SETUP: OnceLock<()> = OnceLock::new();
 
 impl Env {

@@ -1,7 +1,7 @@
 //! What `test_decoding` emitted, and what the replay says it emits.
 
 use crate::trace::TraceRow;
-use crate::values::{err_text, fmt_lsn, js_opt};
+use crate::values::{err_text, fmt_lsn};
 use postgres::Client;
 use regex::Regex;
 use std::collections::BTreeSet;
@@ -34,13 +34,6 @@ pub fn emits_for_verdict(label: &str) -> &'static [&'static str] {
 /// so with `upto` a record boundary (a flush position) it covers the records ending at or
 /// before it, as [`emitted_by_replay`] does.
 pub fn emitted_by_test_decoding(c: &mut Client, slot: &str, upto: u64) -> BTreeSet<(String, u64)> {
-    static RE: OnceLock<Regex> = OnceLock::new();
-    let re = RE.get_or_init(|| {
-        Regex::new(
-            r"^(?:COMMIT (\d+)|(PREPARE TRANSACTION|COMMIT PREPARED|ROLLBACK PREPARED) '(?:[^']|'')*', txid (\d+))",
-        )
-        .unwrap()
-    });
     let rows = c
         .query(
             "SELECT data FROM pg_logical_slot_peek_changes($1::name, $2::text::pg_lsn, NULL, \
@@ -55,24 +48,60 @@ pub fn emitted_by_test_decoding(c: &mut Client, slot: &str, upto: u64) -> BTreeS
             )
         });
     rows.iter()
-        .filter_map(|r| {
-            let data: String = r.get(0);
-            let m = re.captures(&data)?;
-            Some(match (m.get(1), m.get(2), m.get(3)) {
-                (Some(x), _, _) => ("commit".to_string(), x.as_str().parse().unwrap()),
-                (None, Some(kind), Some(x)) => (
-                    match kind.as_str() {
-                        "PREPARE TRANSACTION" => "prepare",
-                        "COMMIT PREPARED" => "commit_prepared",
-                        _ => "rollback_prepared",
-                    }
-                    .to_string(),
-                    x.as_str().parse().unwrap(),
-                ),
-                _ => unreachable!("{data}"),
-            })
-        })
+        .filter_map(|r| emitted_kind(&r.get::<_, String>(0)))
         .collect()
+}
+
+/// The (kind, xid) a line of `test_decoding` (`include-xids`) stands for when it ends a
+/// transaction: `COMMIT <xid>` → commit, `PREPARE TRANSACTION '<gid>', txid <xid>` →
+/// prepare, `COMMIT PREPARED '<gid>', txid <xid>` → commit_prepared, `ROLLBACK PREPARED
+/// '<gid>', txid <xid>` → rollback_prepared; `None` for any other line.
+pub fn emitted_kind(data: &str) -> Option<(String, u64)> {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    let re = RE.get_or_init(|| {
+        Regex::new(
+            r"^(?:COMMIT (\d+)|(PREPARE TRANSACTION|COMMIT PREPARED|ROLLBACK PREPARED) '(?:[^']|'')*', txid (\d+))",
+        )
+        .unwrap()
+    });
+    let m = re.captures(data)?;
+    Some(match (m.get(1), m.get(2), m.get(3)) {
+        (Some(x), _, _) => ("commit".to_string(), x.as_str().parse().unwrap()),
+        (None, Some(kind), Some(x)) => (
+            match kind.as_str() {
+                "PREPARE TRANSACTION" => "prepare",
+                "COMMIT PREPARED" => "commit_prepared",
+                _ => "rollback_prepared",
+            }
+            .to_string(),
+            x.as_str().parse().unwrap(),
+        ),
+        _ => unreachable!("{data}"),
+    })
+}
+
+/// What `test_decoding` prints for `slot` (no options), one line a row:
+/// `pg_logical_slot_get_changes(slot, NULL, NULL)` when `consume`, else
+/// `pg_logical_slot_peek_changes(slot, NULL, NULL)`.
+pub fn slot_changes(c: &mut Client, slot: &str, consume: bool) -> Vec<String> {
+    let f = if consume { "get" } else { "peek" };
+    c.query(
+        format!("SELECT data FROM pg_logical_slot_{f}_changes($1, NULL, NULL)").as_str(),
+        &[&slot],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+/// Consumes `slot` up to the end of the WAL (`pg_logical_slot_get_changes`, counting rows).
+pub fn consume_changes(c: &mut Client, slot: &str) {
+    c.query(
+        "SELECT count(*) FROM pg_logical_slot_get_changes($1, NULL, NULL)",
+        &[&slot],
+    )
+    .unwrap();
 }
 
 /// What the replay says `test_decoding` emits: every trace row ending at or before `upto`
@@ -85,7 +114,7 @@ pub fn emitted_by_replay(rows: &[TraceRow], upto: u64) -> BTreeSet<(String, u64)
         if !r.end_lsn.is_some_and(|e| e <= upto) {
             continue;
         }
-        let Some(label) = js_opt(&r.raw, "verdict") else {
+        let Some(label) = r.verdict() else {
             continue;
         };
         let Some(x) = r.xid else { continue };

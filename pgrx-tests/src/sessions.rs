@@ -7,6 +7,20 @@ use postgres::Client;
 use std::sync::mpsc;
 use std::time::Duration;
 
+/// The session's backend pid.
+pub fn backend_pid(c: &mut Client) -> i32 {
+    c.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0)
+}
+
+/// The xid of the session's transaction (assigning one if it has none).
+pub fn current_xid(c: &mut Client) -> u64 {
+    c.query_one("SELECT pg_current_xact_id()::xid::text", &[])
+        .unwrap()
+        .get::<_, String>(0)
+        .parse()
+        .unwrap()
+}
+
 /// A session holding an open transaction with an assigned xid.
 pub struct OpenXact {
     client: Option<Client>,
@@ -17,15 +31,12 @@ pub struct OpenXact {
 impl OpenXact {
     pub fn begin(env: &Env, app: &str) -> OpenXact {
         let mut c = env.connect(app);
-        let pid: i32 = c.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+        let pid = backend_pid(&mut c);
         c.batch_execute("BEGIN").unwrap();
-        let x: String = c
-            .query_one("SELECT pg_current_xact_id()::xid::text", &[])
-            .unwrap()
-            .get(0);
+        let xid = current_xid(&mut c);
         OpenXact {
             client: Some(c),
-            xid: x.parse().unwrap(),
+            xid,
             pid,
         }
     }
@@ -95,7 +106,7 @@ impl Creation {
     /// pg_create_logical_replication_slot (a slot decoding PREPARE on its own).
     pub fn start_with(env: &Env, slot: &str, plugin: &str, two_phase: bool) -> Creation {
         let mut c = env.connect_raw("pgsnap-create", "300s");
-        let pid: i32 = c.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+        let pid = backend_pid(&mut c);
         let (tx, rx) = mpsc::channel();
         let (s, p) = (slot.to_string(), plugin.to_string());
         std::thread::spawn(move || {

@@ -1,6 +1,7 @@
 //! The `.snap` files the server wrote in `pg_logical/snapshots`.
 
 use crate::cluster::Env;
+use crate::decoding::consume_changes;
 use postgres::Client;
 use std::collections::BTreeMap;
 
@@ -40,11 +41,7 @@ pub fn produce_snap_files(
         // a commit flushes the WAL, so the decoder sees the RUNNING_XACTS just logged
         c.batch_execute(&format!("INSERT INTO {table} VALUES (1)"))
             .unwrap();
-        c.query(
-            "SELECT count(*) FROM pg_logical_slot_get_changes($1, NULL, NULL)",
-            &[&slot],
-        )
-        .unwrap();
+        consume_changes(c, slot);
         let files = server_snap_files(c);
         if !files.is_empty() {
             return files;

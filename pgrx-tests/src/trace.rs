@@ -1,6 +1,6 @@
 //! Rows of `snapbuild_trace` / `snapbuild_trace_range`.
 
-use crate::values::{fmt_lsn, jb, jlsn, js, json_rows, jxid, jxids, show, Row};
+use crate::values::{fmt_lsn, jb, jlsn, js, js_opt, json_rows, jxid, jxids, show, Row};
 use postgres::Client;
 use std::fmt::Write as _;
 
@@ -50,6 +50,15 @@ impl TraceRow {
 
     pub fn show(&self) -> String {
         show(&self.raw)
+    }
+    /// The `verdict` column (the decode verdict of a transaction's last record), if any.
+    pub fn verdict(&self) -> Option<String> {
+        js_opt(&self.raw, "verdict")
+    }
+    /// A boolean column outside [`TraceRow`]'s fields (`decoded`, `timetravel`,
+    /// `bytes_agree`): `None` when NULL or missing.
+    pub fn flag(&self, column: &str) -> Option<bool> {
+        self.raw.get(column).and_then(|v| v.as_bool())
     }
     pub fn is(&self, record: &str) -> bool {
         self.record == record

@@ -23,7 +23,6 @@ pub fn db_err(e: &postgres::Error) -> (String, String) {
     }
 }
 
-
 /// `%X/%X` → u64.
 pub fn parse_lsn(s: &str) -> u64 {
     let (hi, lo) = s
