@@ -184,6 +184,30 @@ impl Env {
         }
     }
 
+    /// [`Env::log_standby_snapshot`], then `INSERT INTO table VALUES (values)` committed:
+    /// a commit flushes the WAL, so a decoder sees the RUNNING_XACTS just logged.
+    pub fn log_standby_snapshot_flushed(
+        &self,
+        c: &mut Client,
+        table: &str,
+        values: &str,
+    ) -> Option<u64> {
+        let l = self.log_standby_snapshot(c);
+        c.batch_execute(&format!("INSERT INTO {table} VALUES ({values})"))
+            .unwrap();
+        l
+    }
+
+    /// The statement that logs a RUNNING_XACTS record on this major (see
+    /// [`Env::log_standby_snapshot`]).
+    pub fn standby_snapshot_sql(&self) -> &'static str {
+        if self.major >= 16 {
+            "SELECT pg_log_standby_snapshot()"
+        } else {
+            "CHECKPOINT"
+        }
+    }
+
     pub fn snapshots_dir(&self) -> PathBuf {
         self.pgdata.join("pg_logical").join("snapshots")
     }

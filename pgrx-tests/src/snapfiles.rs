@@ -37,10 +37,7 @@ pub fn produce_snap_files(
     table: &str,
 ) -> BTreeMap<String, i64> {
     for _ in 0..10 {
-        env.log_standby_snapshot(c);
-        // a commit flushes the WAL, so the decoder sees the RUNNING_XACTS just logged
-        c.batch_execute(&format!("INSERT INTO {table} VALUES (1)"))
-            .unwrap();
+        env.log_standby_snapshot_flushed(c, table, "1");
         consume_changes(c, slot);
         let files = server_snap_files(c);
         if !files.is_empty() {

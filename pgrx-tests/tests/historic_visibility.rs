@@ -896,12 +896,7 @@ fn h1_end_everything(
     let mine = [ids.x, ids.ab2, ids.c2, ids.e];
     let mut s_after = snapshot(c, h.slot, None, None);
     for attempt in 0.. {
-        env.log_standby_snapshot(c);
-        c.batch_execute(&format!(
-            "INSERT INTO {} VALUES (900 + {attempt}, 0)",
-            h.cat
-        ))
-        .unwrap();
+        env.log_standby_snapshot_flushed(c, h.cat, &format!("900 + {attempt}, 0"));
         s_after = snapshot(c, h.slot, None, None);
         if mine.iter().all(|v| *v < s_after.xmin) || attempt >= 10 {
             break;

@@ -223,11 +223,8 @@ impl Scenario {
     /// A RUNNING_XACTS record now (pg_log_standby_snapshot on 16+, CHECKPOINT on 14/15),
     /// followed by a small commit so the WAL is flushed past it.
     fn running_xacts(&mut self, flush_table: &str) -> Option<u64> {
-        let l = self.env.log_standby_snapshot(&mut self.c);
-        self.c
-            .batch_execute(&format!("INSERT INTO {flush_table} VALUES (0)"))
-            .unwrap();
-        l
+        self.env
+            .log_standby_snapshot_flushed(&mut self.c, flush_table, "0")
     }
 
     fn get_changes(&mut self, slot: &str) -> Vec<String> {

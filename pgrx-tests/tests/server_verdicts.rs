@@ -652,9 +652,7 @@ fn s5_restart_from_saved_snapshot_branch_b() {
     // serialize them, so the trace has 'serialize' rows with a file the server wrote.
     xk.commit();
     for _ in 0..2 {
-        env.log_standby_snapshot(&mut c);
-        c.batch_execute(&format!("INSERT INTO {tab} VALUES (200)"))
-            .unwrap();
+        env.log_standby_snapshot_flushed(&mut c, tab, "200");
     }
     let flush = flush_lsn(&mut c);
     let rows = trace_ok(&mut c, slot);
@@ -755,9 +753,7 @@ fn consume_until_restart_at_a_snap_running(
     k: u64,
 ) -> ServerSlot {
     for _ in 0..10 {
-        env.log_standby_snapshot(c);
-        c.batch_execute(&format!("INSERT INTO {tab} VALUES (100)"))
-            .unwrap();
+        env.log_standby_snapshot_flushed(c, tab, "100");
         consume_changes(c, slot);
         let ss = server_slot(c, slot);
         let files = server_snap_files(c);
@@ -1528,9 +1524,7 @@ fn files_written_past_the_creation_start(
     sb: &str,
 ) -> Vec<String> {
     for i in 0..2 {
-        env.log_standby_snapshot(c);
-        c.batch_execute(&format!("INSERT INTO pgsnap_s8t VALUES ({i})"))
-            .unwrap();
+        env.log_standby_snapshot_flushed(c, "pgsnap_s8t", &i.to_string());
         consume_changes(c, sa);
     }
     let files_before = server_snap_files(c);

@@ -72,6 +72,15 @@ pub const PRED_FIELDS: [&str; 7] = [
     "candidate_restart_lsn",
 ];
 
+/// `{prefix}<field>::text` for each of [`PRED_FIELDS`], comma-separated.
+fn pred_columns(prefix: &str) -> String {
+    PRED_FIELDS
+        .iter()
+        .map(|f| format!("{prefix}{f}::text"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Runs steps against the cluster with names under one prefix; cleans up (slots,
 /// prepared transactions, tables of the prefix) when dropped unless told to keep them.
 pub struct Exec<'e> {
@@ -191,14 +200,10 @@ impl<'e> Exec<'e> {
                 let sql = self.sql(sql);
                 self.admin.batch_execute(&sql).map_err(e)
             }
-            Action::StandbySnapshot => {
-                let sql = if self.env.major >= 16 {
-                    "SELECT pg_log_standby_snapshot()"
-                } else {
-                    "CHECKPOINT"
-                };
-                self.admin.batch_execute(sql).map_err(e)
-            }
+            Action::StandbySnapshot => self
+                .admin
+                .batch_execute(self.env.standby_snapshot_sql())
+                .map_err(e),
             Action::CreateStart(i) => {
                 let cr =
                     Creation::start_with(self.env, &self.slot(*i), "test_decoding", two_phase(*i));
@@ -256,19 +261,12 @@ impl<'e> Exec<'e> {
             .batch_execute("BEGIN; SELECT pg_current_xact_id(); COMMIT")
             .map_err(e)?;
         let upto = fmt_lsn(flush_lsn(&mut self.admin));
-        let columns = |f: &dyn Fn(&str) -> String| {
-            PRED_FIELDS
-                .iter()
-                .map(|c| f(c))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         let predicted = self
             .admin
             .query_one(
                 &format!(
                     "SELECT {} FROM snapbuild_slot_prediction($1::name, $2::text::pg_lsn)",
-                    columns(&|f| format!("predicted_{f}::text"))
+                    pred_columns("predicted_")
                 ),
                 &[&slot, &upto],
             )
@@ -284,7 +282,7 @@ impl<'e> Exec<'e> {
             .query_one(
                 &format!(
                     "SELECT {} FROM snapbuild_slots() WHERE slot_name = $1",
-                    columns(&|f| format!("{f}::text"))
+                    pred_columns("")
                 ),
                 &[&slot],
             )
@@ -339,13 +337,9 @@ impl<'e> Exec<'e> {
             ));
         }
         for _ in 0..3 {
-            self.env.log_standby_snapshot(&mut self.admin);
-            self.admin
-                .batch_execute(&format!(
-                    "INSERT INTO {}_t0 VALUES (0, 'flush')",
-                    self.prefix
-                ))
-                .unwrap();
+            let t0 = format!("{}_t0", self.prefix);
+            self.env
+                .log_standby_snapshot_flushed(&mut self.admin, &t0, "0, 'flush'");
         }
         for i in 0..SLOTS {
             if let Some(cr) = self.creations[i].take() {

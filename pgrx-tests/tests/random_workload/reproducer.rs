@@ -45,15 +45,7 @@ fn render_action(s: &mut String, env: &Env, k: usize, action: &Action, out: &Out
             writeln!(s, "-- s{}\n{};", i + 1, sql.replace(P, p))
         }
         Action::Admin(sql) => writeln!(s, "-- admin\n{};", sql.replace(P, p)),
-        Action::StandbySnapshot => writeln!(
-            s,
-            "-- admin\n{};",
-            if env.major >= 16 {
-                "SELECT pg_log_standby_snapshot()"
-            } else {
-                "CHECKPOINT"
-            }
-        ),
+        Action::StandbySnapshot => writeln!(s, "-- admin\n{};", env.standby_snapshot_sql()),
         Action::CreateStart(i) => writeln!(
             s,
             "-- admin: create slot {} starts (in a session of its own; returns once the slot is consistent)\n\
