@@ -22,16 +22,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-fn start() -> Option<(Serial, Env, Client)> {
-    let g = serial();
-    let env = env()?;
-    let mut c = env.setup();
+/// [`start`] with contrib pageinspect in the database.
+fn start_with_pageinspect() -> Option<(Serial, Env, Client)> {
+    let (g, env, mut c) = start()?;
     c.batch_execute("CREATE EXTENSION IF NOT EXISTS pageinspect")
         .unwrap();
     Some((g, env, c))
 }
 
-/// One row of `snapbuild_visibility`.
 #[derive(Clone, Debug)]
 struct Tup {
     ctid: String,
@@ -274,6 +272,31 @@ fn expect(
 /// Flushes the WAL written so far: a transaction that wrote WAL commits synchronously
 /// (one that only took an xid would commit asynchronously, leaving the flush to the WAL
 /// writer). The transactional message is the only WAL it writes.
+/// One expected branch for [`expect_all`]: (what, which tuples, branch, visible).
+type Want<'a> = (&'a str, &'a dyn Fn(&Tup) -> bool, &'a str, bool);
+
+/// [`expect`] for each of `wants`, in order.
+fn expect_all(fails: &mut Failures, tups: &[Tup], wants: &[Want]) {
+    for (what, pred, branch, visible) in wants {
+        expect(fails, what, tups, pred, branch, *visible);
+    }
+}
+
+/// test_decoding emits (consuming the slot) a line containing `want` (`what` says what
+/// it is).
+fn check_test_decoding_emits(
+    c: &mut Client,
+    fails: &mut Failures,
+    slot: &str,
+    want: &str,
+    what: &str,
+) {
+    let out = slot_changes(c, slot, true);
+    fails.check(out.iter().any(|l| l.contains(want)), || {
+        format!("test_decoding did not emit {what}:\n{}", out.join("\n"))
+    });
+}
+
 fn flush_wal(c: &mut Client) {
     c.batch_execute("SELECT pg_logical_emit_message(true, 'pgsnap', 'flush')")
         .unwrap();
@@ -343,18 +366,20 @@ impl Drop for BackgroundDecoder {
     }
 }
 
+/// The four hint bits of t_infomask (set by readers, not by the writer).
+const HINT_BITS: [&str; 4] = [
+    "HEAP_XMIN_COMMITTED",
+    "HEAP_XMIN_INVALID",
+    "HEAP_XMAX_COMMITTED",
+    "HEAP_XMAX_INVALID",
+];
+
 /// The raw header fields of `rel` as contrib pageinspect reads them, per ctid:
 /// (t_xmin, t_xmax, t_field3, lp_len, raw infomask flags without the four hint bits).
 fn pageinspect_headers(
     c: &mut Client,
     rel: &str,
 ) -> BTreeMap<String, (u64, u64, i64, i64, Vec<String>)> {
-    let hint = [
-        "HEAP_XMIN_COMMITTED",
-        "HEAP_XMIN_INVALID",
-        "HEAP_XMAX_COMMITTED",
-        "HEAP_XMAX_INVALID",
-    ];
     let sql = format!(
         "SELECT format('(%s,%s)', b, lp) AS ctid, t_xmin, t_xmax, t_field3, lp_len, \
                 (SELECT raw_flags FROM heap_tuple_infomask_flags(t_infomask, t_infomask2)) AS flags \
@@ -372,7 +397,7 @@ fn pageinspect_headers(
                 }
                 _ => Vec::new(),
             };
-            flags.retain(|f| !hint.contains(&f.as_str()));
+            flags.retain(|f| !HINT_BITS.contains(&f.as_str()));
             (
                 js(r, "ctid").unwrap(),
                 (
@@ -395,18 +420,12 @@ fn check_against_pageinspect(
     tups: &[Tup],
 ) -> usize {
     let pi = pageinspect_headers(c, rel);
-    let hint = [
-        "HEAP_XMIN_COMMITTED",
-        "HEAP_XMIN_INVALID",
-        "HEAP_XMAX_COMMITTED",
-        "HEAP_XMAX_INVALID",
-    ];
     let ours: BTreeMap<String, (u64, u64, i64, i64, Vec<String>)> = tups
         .iter()
         .map(|t| {
             // pageinspect's raw_flags cover t_infomask and t_infomask2 like ours.
             let mut f = t.flags.clone();
-            f.retain(|x| !hint.contains(&x.as_str()));
+            f.retain(|x| !HINT_BITS.contains(&x.as_str()));
             (t.ctid.clone(), (t.xmin, t.xmax, t.t_cid, t.lp_len, f))
         })
         .collect();
@@ -438,24 +457,55 @@ fn check_against_pageinspect(
     pi.len()
 }
 
-fn xid_of(x: &OpenXact) -> u64 {
-    x.xid
-}
-
 // ---------------------------------------------------------------------------------------
 // h1: every branch of both sides, on a user catalog table, with real sessions
 // ---------------------------------------------------------------------------------------
 
+/// The xids of h1's sessions, and two LSNs of X's replay (after its first and second
+/// command).
+#[derive(Clone, Copy)]
+struct H1Xids {
+    x: u64,
+    d: u64,
+    c1: u64,
+    e: u64,
+    ab2: u64,
+    c2: u64,
+    l1: u64,
+    l2: u64,
+}
+
+/// h1's sessions still open after the setup.
+struct H1Sessions {
+    x: OpenXact,
+    k: OpenXact,
+    lk: OpenXact,
+    m1: OpenXact,
+    m2: OpenXact,
+    e: OpenXact,
+    ab2: OpenXact,
+    c2: OpenXact,
+}
+
+/// h1's relations and slot.
+struct H1<'a> {
+    slot: &'a str,
+    cat: &'a str,
+    plain: &'a str,
+}
+
 #[test]
 fn h1_every_branch_with_concurrent_sessions() {
-    let Some((_g, env, mut c)) = start() else {
+    let Some((_g, env, mut c)) = start_with_pageinspect() else {
         return;
     };
     let test = "h1";
-    let slot = "pgsnap_h1";
-    let cat = "pgsnap_h1_cat";
-    let plain = "pgsnap_h1_plain";
-    let ddl = "pgsnap_h1_ddl";
+    let h = H1 {
+        slot: "pgsnap_h1",
+        cat: "pgsnap_h1_cat",
+        plain: "pgsnap_h1_plain",
+    };
+    let (slot, cat, plain, ddl) = (h.slot, h.cat, h.plain, "pgsnap_h1_ddl");
     let _guard = SlotGuard::new(&env, slot);
     c.batch_execute(&format!(
         "DROP TABLE IF EXISTS {cat}, {plain}, {ddl}, pgsnap_h1_d;
@@ -469,10 +519,51 @@ fn h1_every_branch_with_concurrent_sessions() {
     create_slot(&env, slot);
     let mut counts = Counts::default();
     let mut fails = Failures::default();
+    let (mut sessions, ids) = h1_sessions(&env, cat, plain, ddl);
+    flush_wal(&mut c);
 
-    // X: catalog rows inserted and deleted over several commands, DDL, plain-table rows.
-    let mut x = OpenXact::begin(&env, "pgsnap-h1-x");
-    let xx = xid_of(&x);
+    // Phase 1: everything open.
+    let n = h1_everything_open(&mut c, &mut counts, &mut fails, &h, ids);
+    h1_as_x(&mut c, &mut counts, &mut fails, &h, ids);
+    h1_xmax_ours_no_cmax(&mut c, &mut counts, &mut fails, &h, &mut sessions.x, ids.x);
+
+    // Phase 2: end everything without scanning the table again, move the builder's
+    // xmin past all of it, and rebuild the snapshot with one more catalog commit.
+    h1_end_everything(&env, &mut c, &mut fails, &h, sessions, ids);
+    let t = h1_unhinted(&mut c, &mut counts, &mut fails, &h, ids);
+    let after = h1_judging_writes_nothing(&mut c, &mut counts, &mut fails, &h, &t);
+    let n2 = h1_hinted(&mut c, &mut counts, &mut fails, &h, ids, &after);
+    let points = h1_catalog_at_every_commit(&mut c, &mut counts, &mut fails, &h);
+
+    // The decoders really decoded it: X's rows came out of the slot.
+    let rounds = decoder.finish();
+    check_test_decoding_emits(
+        &mut c,
+        &mut fails,
+        slot,
+        &format!("table public.{cat}: INSERT: a[integer]:102 b[integer]:0"),
+        "X's row",
+    );
+    // After consuming, the replay starts from the slot's new restart_lsn.
+    let sr = snapshot(&mut c, slot, None, None);
+    counts.scan(&mut c, cat, slot, None, None);
+    println!(
+        "pgsnap-counts: {test} PG{} pageinspect headers compared {} background decoding calls {rounds} trace points {points} snapshot after consuming from: {}",
+        env.major,
+        n + n2,
+        sr.source
+    );
+    counts.finish(test, env.major, fails);
+}
+
+/// The sessions: X (catalog rows inserted and deleted over several commands, DDL,
+/// plain-table rows), K (key-share lock on a row X then updates: a multixact with an
+/// updater), D (a committed catalog change younger than X), AB1 (aborts), C1 (commits),
+/// lockers FOR UPDATE and FOR SHARE ×2, E (in progress, younger than every committed
+/// catalog change), AB2 and C2 (they will end without anyone scanning their rows).
+fn h1_sessions(env: &Env, cat: &str, plain: &str, ddl: &str) -> (H1Sessions, H1Xids) {
+    let mut x = OpenXact::begin(env, "pgsnap-h1-x");
+    let xx = x.xid;
     x.exec(&format!("INSERT INTO {cat} VALUES (101, 0)"));
     let l1 = x.insert_lsn();
     x.exec(&format!("INSERT INTO {cat} VALUES (102, 0)"));
@@ -485,231 +576,263 @@ fn h1_every_branch_with_concurrent_sessions() {
     x.exec(&format!(
         "INSERT INTO {plain} VALUES (100); DELETE FROM {plain} WHERE a = 1"
     ));
-    // K key-share-locks a row, then X updates it: a multixact with an updater.
-    let mut k = OpenXact::begin(&env, "pgsnap-h1-k");
+    let mut k = OpenXact::begin(env, "pgsnap-h1-k");
     k.exec(&format!("SELECT * FROM {cat} WHERE a = 2 FOR KEY SHARE"));
     x.exec(&format!("UPDATE {cat} SET b = 1 WHERE a = 2"));
-    // D: a committed catalog change younger than X.
-    let mut d = OpenXact::begin(&env, "pgsnap-h1-d");
-    let dx = xid_of(&d);
+    let mut d = OpenXact::begin(env, "pgsnap-h1-d");
+    let dx = d.xid;
     d.exec(&format!(
         "INSERT INTO {cat} VALUES (201, 0); DELETE FROM {cat} WHERE a = 3; CREATE TABLE pgsnap_h1_d (a int)"
     ));
     d.commit();
-    // AB1 aborts, C1 commits.
-    let mut ab1 = OpenXact::begin(&env, "pgsnap-h1-ab1");
-    ab1.exec(&format!(
-        "INSERT INTO {cat} VALUES (301, 0); DELETE FROM {cat} WHERE a = 4"
-    ));
-    ab1.rollback();
-    let mut c1 = OpenXact::begin(&env, "pgsnap-h1-c1");
-    let c1x = xid_of(&c1);
-    c1.exec(&format!(
-        "INSERT INTO {cat} VALUES (401, 0); DELETE FROM {cat} WHERE a = 5"
-    ));
+    in_session(env, "pgsnap-h1-ab1", cat, 301, 4).rollback();
+    let c1 = in_session(env, "pgsnap-h1-c1", cat, 401, 5);
+    let c1x = c1.xid;
     c1.commit();
-    // Lockers: FOR UPDATE (one xid) and FOR SHARE twice (a multixact of lockers).
-    let mut lk = OpenXact::begin(&env, "pgsnap-h1-l");
+    let mut lk = OpenXact::begin(env, "pgsnap-h1-l");
     lk.exec(&format!("SELECT * FROM {cat} WHERE a = 6 FOR UPDATE"));
-    let mut m1 = OpenXact::begin(&env, "pgsnap-h1-m1");
+    let mut m1 = OpenXact::begin(env, "pgsnap-h1-m1");
     m1.exec(&format!("SELECT * FROM {cat} WHERE a = 7 FOR SHARE"));
-    let mut m2 = OpenXact::begin(&env, "pgsnap-h1-m2");
+    let mut m2 = OpenXact::begin(env, "pgsnap-h1-m2");
     m2.exec(&format!("SELECT * FROM {cat} WHERE a = 7 FOR SHARE"));
-    // E: in progress, younger than every committed catalog change.
-    let mut e = OpenXact::begin(&env, "pgsnap-h1-e");
-    let ex = xid_of(&e);
-    e.exec(&format!(
-        "INSERT INTO {cat} VALUES (501, 0); DELETE FROM {cat} WHERE a = 8"
-    ));
-    // AB2 and C2 will end without anyone scanning their rows afterwards.
-    let mut ab2 = OpenXact::begin(&env, "pgsnap-h1-ab2");
-    let ab2x = xid_of(&ab2);
-    ab2.exec(&format!(
-        "INSERT INTO {cat} VALUES (701, 0); DELETE FROM {cat} WHERE a = 9"
-    ));
-    let mut c2 = OpenXact::begin(&env, "pgsnap-h1-c2");
-    let c2x = xid_of(&c2);
-    c2.exec(&format!(
-        "INSERT INTO {cat} VALUES (801, 0); DELETE FROM {cat} WHERE a = 10"
-    ));
-    flush_wal(&mut c);
+    let e = in_session(env, "pgsnap-h1-e", cat, 501, 8);
+    let ab2 = in_session(env, "pgsnap-h1-ab2", cat, 701, 9);
+    let c2 = in_session(env, "pgsnap-h1-c2", cat, 801, 10);
+    let ids = H1Xids {
+        x: xx,
+        d: dx,
+        c1: c1x,
+        e: e.xid,
+        ab2: ab2.xid,
+        c2: c2.xid,
+        l1,
+        l2,
+    };
+    let s = H1Sessions {
+        x,
+        k,
+        lk,
+        m1,
+        m2,
+        e,
+        ab2,
+        c2,
+    };
+    (s, ids)
+}
 
-    // Phase 1: everything open. No decoding transaction.
-    let s = snapshot(&mut c, slot, None, None);
+/// A session that inserted row `ins` into `cat` and deleted row `del`, still open.
+fn in_session(env: &Env, app: &str, cat: &str, ins: i32, del: i32) -> OpenXact {
+    let mut s = OpenXact::begin(env, app);
+    s.exec(&format!(
+        "INSERT INTO {cat} VALUES ({ins}, 0); DELETE FROM {cat} WHERE a = {del}"
+    ));
+    s
+}
+
+/// Everything open, no decoding transaction: D and C1 are in xip, X is not; each
+/// session's rows and the locked and multixact rows take their branch; the multixact's
+/// updater is the server's; tuple headers are pageinspect's. Returns how many headers
+/// were compared.
+fn h1_everything_open(
+    c: &mut Client,
+    counts: &mut Counts,
+    fails: &mut Failures,
+    h: &H1,
+    ids: H1Xids,
+) -> usize {
+    let H1Xids {
+        x: xx,
+        d: dx,
+        c1: c1x,
+        e: ex,
+        ..
+    } = ids;
+    let s = snapshot(c, h.slot, None, None);
     fails.check(
         s.xip.contains(&dx) && s.xip.contains(&c1x) && !s.xip.contains(&xx),
         || format!("snapshot after D and C1 committed: {s:?} (X {xx} D {dx} C1 {c1x})"),
     );
-    let t = counts.scan(&mut c, cat, slot, None, None);
-    let n = check_against_pageinspect(&mut fails, &mut c, cat, &t);
-    expect(
-        &mut fails,
-        "X's row, no decoding xid",
+    let t = counts.scan(c, h.cat, h.slot, None, None);
+    let n = check_against_pageinspect(fails, c, h.cat, &t);
+    expect_all(
+        fails,
         &t,
-        |t| t.xmin == xx && t.xmax == 0,
-        "xmin in [xmin, xmax), not in xip",
-        false,
+        &[
+            (
+                "X's row, no decoding xid",
+                &|t: &Tup| t.xmin == xx && t.xmax == 0,
+                "xmin in [xmin, xmax), not in xip",
+                false,
+            ),
+            ("D's row", &|t: &Tup| t.xmin == dx, "xmin in xip", true),
+            (
+                "E's row",
+                &|t: &Tup| t.xmin == ex,
+                "xmin >= snapshot xmax",
+                false,
+            ),
+            (
+                "row deleted by X",
+                &|t: &Tup| t.xmax == xx && t.xmin != xx,
+                "xmax in [xmin, xmax), not in xip",
+                true,
+            ),
+            (
+                "row deleted by D",
+                &|t: &Tup| t.xmax == dx,
+                "xmax in xip",
+                false,
+            ),
+            (
+                "row deleted by E",
+                &|t: &Tup| t.xmax == ex,
+                "xmax >= snapshot xmax",
+                true,
+            ),
+            (
+                "row locked FOR UPDATE",
+                &|t: &Tup| t.has("HEAP_XMAX_LOCK_ONLY") && !t.has("HEAP_XMAX_IS_MULTI"),
+                "xmax locked only",
+                true,
+            ),
+            (
+                "row locked FOR SHARE twice",
+                &|t: &Tup| t.has("HEAP_XMAX_LOCK_ONLY") && t.has("HEAP_XMAX_IS_MULTI"),
+                "xmax locked only",
+                true,
+            ),
+            (
+                "row updated under a key-share lock",
+                &|t: &Tup| t.xmax_update == Some(xx),
+                "xmax in [xmin, xmax), not in xip",
+                true,
+            ),
+        ],
     );
-    expect(
-        &mut fails,
-        "D's row",
-        &t,
-        |t| t.xmin == dx,
-        "xmin in xip",
-        true,
-    );
-    expect(
-        &mut fails,
-        "E's row",
-        &t,
-        |t| t.xmin == ex,
-        "xmin >= snapshot xmax",
-        false,
-    );
-    expect(
-        &mut fails,
-        "row deleted by X",
-        &t,
-        |t| t.xmax == xx && t.xmin != xx,
-        "xmax in [xmin, xmax), not in xip",
-        true,
-    );
-    expect(
-        &mut fails,
-        "row deleted by D",
-        &t,
-        |t| t.xmax == dx,
-        "xmax in xip",
-        false,
-    );
-    expect(
-        &mut fails,
-        "row deleted by E",
-        &t,
-        |t| t.xmax == ex,
-        "xmax >= snapshot xmax",
-        true,
-    );
-    expect(
-        &mut fails,
-        "row locked FOR UPDATE",
-        &t,
-        |t| t.has("HEAP_XMAX_LOCK_ONLY") && !t.has("HEAP_XMAX_IS_MULTI"),
-        "xmax locked only",
-        true,
-    );
-    expect(
-        &mut fails,
-        "row locked FOR SHARE twice",
-        &t,
-        |t| t.has("HEAP_XMAX_LOCK_ONLY") && t.has("HEAP_XMAX_IS_MULTI"),
-        "xmax locked only",
-        true,
-    );
-    expect(
-        &mut fails,
-        "row updated under a key-share lock",
-        &t,
-        |t| t.xmax_update == Some(xx),
-        "xmax in [xmin, xmax), not in xip",
-        true,
-    );
-    // The multixact's updating member, as the server lists it.
-    if let Some(mt) = t.iter().find(|t| t.xmax_update.is_some()) {
-        let members = json_rows(
-            &mut c,
-            "SELECT xid, mode FROM pg_get_multixact_members($1::text::xid)",
-            &[&mt.xmax.to_string()],
-        )
-        .unwrap();
-        let upd: Vec<u64> = members
-            .iter()
-            .filter(|m| matches!(js(m, "mode").as_deref(), Some("nokeyupd") | Some("upd")))
-            .map(|m| jxid(m, "xid").unwrap())
-            .collect();
-        fails.check(upd == vec![xx], || {
-            format!(
-                "multixact {}: members {members:?}, our update xid {:?}",
-                mt.xmax, mt.xmax_update
-            )
-        });
-    }
+    check_multixact_updater(c, fails, &t, xx);
     for rel in ["pg_class", "pg_attribute", "pg_type"] {
-        counts.scan(&mut c, rel, slot, None, None);
+        counts.scan(c, rel, h.slot, None, None);
     }
+    n
+}
 
-    // Phase 1 for X itself: its own rows by command id.
-    let sx = snapshot(&mut c, slot, None, Some(xx));
+/// The multixact's updating member, as the server lists it, is X.
+fn check_multixact_updater(c: &mut Client, fails: &mut Failures, t: &[Tup], xx: u64) {
+    let Some(mt) = t.iter().find(|t| t.xmax_update.is_some()) else {
+        return;
+    };
+    let members = json_rows(
+        c,
+        "SELECT xid, mode FROM pg_get_multixact_members($1::text::xid)",
+        &[&mt.xmax.to_string()],
+    )
+    .unwrap();
+    let upd: Vec<u64> = members
+        .iter()
+        .filter(|m| matches!(js(m, "mode").as_deref(), Some("nokeyupd") | Some("upd")))
+        .map(|m| jxid(m, "xid").unwrap())
+        .collect();
+    fails.check(upd == vec![xx], || {
+        format!(
+            "multixact {}: members {members:?}, our update xid {:?}",
+            mt.xmax, mt.xmax_update
+        )
+    });
+}
+
+/// Phase 1 for X itself: its own rows by command id, the plain table's rows unresolved
+/// (no NEW_CID), earlier points of its replay, and E's view.
+fn h1_as_x(c: &mut Client, counts: &mut Counts, fails: &mut Failures, h: &H1, ids: H1Xids) {
+    let (slot, cat, xx) = (h.slot, h.cat, ids.x);
+    let sx = snapshot(c, slot, None, Some(xx));
     fails.check(
         sx.subxip == vec![xx] && sx.curcid > 2 && sx.tuplecids.is_some(),
         || format!("X's snapshot: {sx:?}"),
     );
-    let t = counts.scan(&mut c, cat, slot, None, Some(xx));
-    expect(
-        &mut fails,
-        "X's surviving row",
+    let t = counts.scan(c, cat, slot, None, Some(xx));
+    expect_all(
+        fails,
         &t,
-        |t| t.xmin == xx && t.xmax == 0,
-        "xmin ours, cmin < curcid",
-        true,
-    );
-    expect(
-        &mut fails,
-        "X's row deleted by X",
-        &t,
-        |t| t.xmin == xx && t.xmax == xx,
-        "xmax ours, cmax < curcid",
-        false,
-    );
-    expect(
-        &mut fails,
-        "row updated by X under a key-share lock",
-        &t,
-        |t| t.xmax_update == Some(xx),
-        "xmax ours, cmax < curcid",
-        false,
+        &[
+            (
+                "X's surviving row",
+                &|t: &Tup| t.xmin == xx && t.xmax == 0,
+                "xmin ours, cmin < curcid",
+                true,
+            ),
+            (
+                "X's row deleted by X",
+                &|t: &Tup| t.xmin == xx && t.xmax == xx,
+                "xmax ours, cmax < curcid",
+                false,
+            ),
+            (
+                "row updated by X under a key-share lock",
+                &|t: &Tup| t.xmax_update == Some(xx),
+                "xmax ours, cmax < curcid",
+                false,
+            ),
+        ],
     );
     for rel in ["pg_class", "pg_attribute", "pg_type", "pg_depend"] {
-        counts.scan(&mut c, rel, slot, None, Some(xx));
+        counts.scan(c, rel, slot, None, Some(xx));
     }
-    let t = counts.scan(&mut c, plain, slot, None, Some(xx));
-    expect(
-        &mut fails,
-        "X's plain-table row (no NEW_CID)",
+    let t = counts.scan(c, h.plain, slot, None, Some(xx));
+    expect_all(
+        fails,
         &t,
-        |t| t.xmin == xx,
-        "xmin ours, unresolved",
-        false,
+        &[
+            (
+                "X's plain-table row (no NEW_CID)",
+                &|t: &Tup| t.xmin == xx,
+                "xmin ours, unresolved",
+                false,
+            ),
+            (
+                "plain-table row deleted by X",
+                &|t: &Tup| t.xmax == xx && t.xmin != xx,
+                "xmax ours, unresolved",
+                true,
+            ),
+        ],
     );
+    h1_earlier_points_of_x(c, counts, fails, h, ids, sx.curcid);
+    // E's view: X is neither ours nor committed.
+    counts.scan(c, cat, slot, None, Some(ids.e));
+}
+
+/// Earlier points of X's replay (L1, L2): later commands of X are "at or after curcid",
+/// and curcid grows along the replay up to `end_curcid`.
+fn h1_earlier_points_of_x(
+    c: &mut Client,
+    counts: &mut Counts,
+    fails: &mut Failures,
+    h: &H1,
+    ids: H1Xids,
+    end_curcid: i64,
+) {
+    let (slot, cat, xx, l1, l2) = (h.slot, h.cat, ids.x, ids.l1, ids.l2);
+    let s1 = snapshot(c, slot, Some(l1), Some(xx));
+    let t = counts.scan(c, cat, slot, Some(l1), Some(xx));
     expect(
-        &mut fails,
-        "plain-table row deleted by X",
-        &t,
-        |t| t.xmax == xx && t.xmin != xx,
-        "xmax ours, unresolved",
-        true,
-    );
-    // Earlier points of X's replay: later commands of X are "at or after curcid".
-    let s1 = snapshot(&mut c, slot, Some(l1), Some(xx));
-    let t = counts.scan(&mut c, cat, slot, Some(l1), Some(xx));
-    expect(
-        &mut fails,
+        fails,
         "X's second row seen at L1",
         &t,
         |t| t.xmin == xx && t.xmax == 0 && t.cmin.unwrap_or(0) >= s1.curcid,
         "xmin ours, cmin >= curcid",
         false,
     );
-    let s2 = snapshot(&mut c, slot, Some(l2), Some(xx));
-    fails.check(s1.curcid < s2.curcid && s2.curcid < sx.curcid, || {
+    let s2 = snapshot(c, slot, Some(l2), Some(xx));
+    fails.check(s1.curcid < s2.curcid && s2.curcid < end_curcid, || {
         format!(
             "curcid must grow along X's replay: {} at L1, {} at L2, {} at the end",
-            s1.curcid, s2.curcid, sx.curcid
+            s1.curcid, s2.curcid, end_curcid
         )
     });
-    let t = counts.scan(&mut c, cat, slot, Some(l2), Some(xx));
+    let t = counts.scan(c, cat, slot, Some(l2), Some(xx));
     expect(
-        &mut fails,
+        fails,
         "X's first row seen at L2 (deleted later)",
         &t,
         |t| t.xmin == xx && t.xmax == xx && t.cmax.unwrap_or(-1) >= s2.curcid,
@@ -717,110 +840,148 @@ fn h1_every_branch_with_concurrent_sessions() {
         true,
     );
     for rel in ["pg_class", "pg_attribute"] {
-        counts.scan(&mut c, rel, slot, Some(l1), Some(xx));
-        counts.scan(&mut c, rel, slot, Some(l2), Some(xx));
+        counts.scan(c, rel, slot, Some(l1), Some(xx));
+        counts.scan(c, rel, slot, Some(l2), Some(xx));
     }
-    // E's view: X is neither ours nor committed.
-    counts.scan(&mut c, cat, slot, None, Some(ex));
+}
 
-    // xmax ours without cmax: X updates its own row, and its NEW_CID is not flushed yet
-    // when we look (the WAL writer flushes only full pages; nothing commits meanwhile).
+/// xmax ours without cmax: X updates its own row, and its NEW_CID is not flushed yet
+/// when we look (the WAL writer flushes only full pages; nothing commits meanwhile).
+fn h1_xmax_ours_no_cmax(
+    c: &mut Client,
+    counts: &mut Counts,
+    fails: &mut Failures,
+    h: &H1,
+    x: &mut OpenXact,
+    xx: u64,
+) {
+    let (slot, cat) = (h.slot, h.cat);
     let mut no_cmax = false;
     for i in 0..10 {
         let a = 600 + i;
         x.exec(&format!("INSERT INTO {cat} VALUES ({a}, 0)"));
-        flush_wal(&mut c);
+        flush_wal(c);
         x.exec(&format!("UPDATE {cat} SET b = 9 WHERE a = {a}"));
-        let t = counts.scan(&mut c, cat, slot, None, Some(xx));
+        let t = counts.scan(c, cat, slot, None, Some(xx));
         if t.iter()
             .any(|t| t.xmax_branch.as_deref() == Some("xmax ours, no cmax") && t.rust && t.server)
         {
             no_cmax = true;
-            println!("{test}: 'xmax ours, no cmax' reached on attempt {}", i + 1);
+            println!("h1: 'xmax ours, no cmax' reached on attempt {}", i + 1);
             break;
         }
     }
     fails.check(no_cmax, || {
         "never saw 'xmax ours, no cmax' in 10 attempts (the WAL was always flushed)".into()
     });
+}
 
-    // Phase 2: end everything without scanning the table again, move the builder's
-    // xmin past all of it, and rebuild the snapshot with one more catalog commit.
-    for l in [lk, m1, m2, k] {
+/// Every session ends (X and C2 commit, the others roll back); RUNNING_XACTS and catalog
+/// commits until the snapshot's xmin passes all their xids.
+fn h1_end_everything(
+    env: &Env,
+    c: &mut Client,
+    fails: &mut Failures,
+    h: &H1,
+    s: H1Sessions,
+    ids: H1Xids,
+) {
+    for l in [s.lk, s.m1, s.m2, s.k] {
         l.rollback();
     }
-    x.commit();
-    ab2.rollback();
-    c2.commit();
-    e.rollback();
-    let mut s_after = snapshot(&mut c, slot, None, None);
+    s.x.commit();
+    s.ab2.rollback();
+    s.c2.commit();
+    s.e.rollback();
+    let mine = [ids.x, ids.ab2, ids.c2, ids.e];
+    let mut s_after = snapshot(c, h.slot, None, None);
     for attempt in 0.. {
-        env.log_standby_snapshot(&mut c);
-        c.batch_execute(&format!("INSERT INTO {cat} VALUES (900 + {attempt}, 0)"))
-            .unwrap();
-        s_after = snapshot(&mut c, slot, None, None);
-        if [xx, ab2x, c2x, ex].iter().all(|v| *v < s_after.xmin) || attempt >= 10 {
+        env.log_standby_snapshot_flushed(c, h.cat, &format!("900 + {attempt}, 0"));
+        s_after = snapshot(c, h.slot, None, None);
+        if mine.iter().all(|v| *v < s_after.xmin) || attempt >= 10 {
             break;
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    fails.check(
-        [xx, ab2x, c2x, ex].iter().all(|v| *v < s_after.xmin),
-        || format!("the snapshot's xmin never passed the scenario's xids: {s_after:?}"),
-    );
-    let t = counts.scan(&mut c, cat, slot, None, None);
-    expect(
-        &mut fails,
-        "C2's row, no hint",
+    fails.check(mine.iter().all(|v| *v < s_after.xmin), || {
+        format!("the snapshot's xmin never passed the scenario's xids: {s_after:?}")
+    });
+}
+
+/// After the end, before any hint bit: C2's and AB2's rows and deletions go by the
+/// commit log. Returns the scan of `cat`.
+fn h1_unhinted(
+    c: &mut Client,
+    counts: &mut Counts,
+    fails: &mut Failures,
+    h: &H1,
+    ids: H1Xids,
+) -> Vec<Tup> {
+    let (c2x, ab2x) = (ids.c2, ids.ab2);
+    let t = counts.scan(c, h.cat, h.slot, None, None);
+    expect_all(
+        fails,
         &t,
-        |t| t.xmin == c2x,
-        "xmin < snapshot xmin, clog committed",
-        true,
-    );
-    expect(
-        &mut fails,
-        "AB2's row, no hint",
-        &t,
-        |t| t.xmin == ab2x,
-        "xmin < snapshot xmin, not committed",
-        false,
-    );
-    expect(
-        &mut fails,
-        "row deleted by C2, no hint",
-        &t,
-        |t| t.xmax == c2x,
-        "xmax < snapshot xmin, clog committed",
-        false,
-    );
-    expect(
-        &mut fails,
-        "row deleted by AB2, no hint",
-        &t,
-        |t| t.xmax == ab2x,
-        "xmax < snapshot xmin, not committed",
-        true,
+        &[
+            (
+                "C2's row, no hint",
+                &|t: &Tup| t.xmin == c2x,
+                "xmin < snapshot xmin, clog committed",
+                true,
+            ),
+            (
+                "AB2's row, no hint",
+                &|t: &Tup| t.xmin == ab2x,
+                "xmin < snapshot xmin, not committed",
+                false,
+            ),
+            (
+                "row deleted by C2, no hint",
+                &|t: &Tup| t.xmax == c2x,
+                "xmax < snapshot xmin, clog committed",
+                false,
+            ),
+            (
+                "row deleted by AB2, no hint",
+                &|t: &Tup| t.xmax == ab2x,
+                "xmax < snapshot xmin, not committed",
+                true,
+            ),
+        ],
     );
     for rel in ["pg_class", "pg_attribute", "pg_type", "pg_depend"] {
-        counts.scan(&mut c, rel, slot, None, None);
+        counts.scan(c, rel, h.slot, None, None);
     }
-    // Judging writes nothing: the pages are byte for byte the same after another scan
-    // (neither our reading nor the server's historic routine set a hint bit), and the
-    // unhinted rows are still unhinted.
-    let pages = |c: &mut Client| -> String {
-        c.query_one(
-            &format!(
-                "SELECT string_agg(md5(get_raw_page('{cat}', b::int)), ',' ORDER BY b) \
-                   FROM generate_series(0, pg_relation_size('{cat}') / current_setting('block_size')::int - 1) b"
-            ),
-            &[],
-        )
-        .unwrap()
-        .get(0)
-    };
-    let before = pages(&mut c);
-    let again = counts.scan(&mut c, cat, slot, None, None);
-    let after = pages(&mut c);
+    t
+}
+
+/// md5 of every page of `rel`.
+fn page_digests(c: &mut Client, rel: &str) -> String {
+    c.query_one(
+        &format!(
+            "SELECT string_agg(md5(get_raw_page('{rel}', b::int)), ',' ORDER BY b) \
+               FROM generate_series(0, pg_relation_size('{rel}') / current_setting('block_size')::int - 1) b"
+        ),
+        &[],
+    )
+    .unwrap()
+    .get(0)
+}
+
+/// Judging writes nothing: the pages are byte for byte the same after another scan
+/// (neither our reading nor the server's historic routine set a hint bit), and the
+/// unhinted rows (`t`) are still unhinted. Returns the pages' digests.
+fn h1_judging_writes_nothing(
+    c: &mut Client,
+    counts: &mut Counts,
+    fails: &mut Failures,
+    h: &H1,
+    t: &[Tup],
+) -> String {
+    let cat = h.cat;
+    let before = page_digests(c, cat);
+    let again = counts.scan(c, cat, h.slot, None, None);
+    let after = page_digests(c, cat);
     let same_flags = t.len() == again.len()
         && t.iter()
             .zip(&again)
@@ -830,91 +991,82 @@ fn h1_every_branch_with_concurrent_sessions() {
             "{cat} changed while judged: pages {before} -> {after}, flags unchanged: {same_flags}"
         )
     });
-    set_hints(&mut c, cat);
-    let t = counts.scan(&mut c, cat, slot, None, None);
-    fails.check(pages(&mut c) != after, || {
+    after
+}
+
+/// An MVCC scan sets hint bits (the pages change from `after`); then C2's and AB2's
+/// rows go by the hints. Returns how many headers were compared with pageinspect.
+fn h1_hinted(
+    c: &mut Client,
+    counts: &mut Counts,
+    fails: &mut Failures,
+    h: &H1,
+    ids: H1Xids,
+    after: &str,
+) -> usize {
+    let (c2x, ab2x) = (ids.c2, ids.ab2);
+    set_hints(c, h.cat);
+    let t = counts.scan(c, h.cat, h.slot, None, None);
+    fails.check(page_digests(c, h.cat) != after, || {
         "the MVCC scan set no hint bit".into()
     });
-    expect(
-        &mut fails,
-        "AB2's row, hinted",
+    expect_all(
+        fails,
         &t,
-        |t| t.xmin == ab2x,
-        "xmin invalid",
-        false,
+        &[
+            (
+                "AB2's row, hinted",
+                &|t: &Tup| t.xmin == ab2x,
+                "xmin invalid",
+                false,
+            ),
+            (
+                "C2's row, hinted",
+                &|t: &Tup| t.xmin == c2x,
+                "xmin < snapshot xmin, committed hint",
+                true,
+            ),
+            (
+                "row deleted by C2, hinted",
+                &|t: &Tup| t.xmax == c2x,
+                "xmax < snapshot xmin, committed hint",
+                false,
+            ),
+            (
+                "row deleted by AB2, hinted",
+                &|t: &Tup| t.xmax == ab2x,
+                "xmax invalid",
+                true,
+            ),
+        ],
     );
-    expect(
-        &mut fails,
-        "C2's row, hinted",
-        &t,
-        |t| t.xmin == c2x,
-        "xmin < snapshot xmin, committed hint",
-        true,
-    );
-    expect(
-        &mut fails,
-        "row deleted by C2, hinted",
-        &t,
-        |t| t.xmax == c2x,
-        "xmax < snapshot xmin, committed hint",
-        false,
-    );
-    expect(
-        &mut fails,
-        "row deleted by AB2, hinted",
-        &t,
-        |t| t.xmax == ab2x,
-        "xmax invalid",
-        true,
-    );
-    let n2 = check_against_pageinspect(&mut fails, &mut c, cat, &t);
+    check_against_pageinspect(fails, c, h.cat, &t)
+}
 
-    // The catalog at several LSNs of one trace: after every commit the replay decodes.
-    let rows = trace(&mut c, slot).unwrap();
+/// The catalog at several LSNs of one trace: after every commit the replay decodes.
+/// Returns how many.
+fn h1_catalog_at_every_commit(
+    c: &mut Client,
+    counts: &mut Counts,
+    fails: &mut Failures,
+    h: &H1,
+) -> usize {
+    let rows = trace(c, h.slot).unwrap();
     let mut points = 0;
     for r in rows
         .iter()
         .filter(|r| r.record.starts_with("COMMIT") && r.state.as_deref() == Some("consistent"))
     {
         if let Some(end) = r.end_lsn {
-            counts.scan(&mut c, cat, slot, Some(end), None);
-            counts.scan(&mut c, "pg_class", slot, Some(end), r.xid);
+            counts.scan(c, h.cat, h.slot, Some(end), None);
+            counts.scan(c, "pg_class", h.slot, Some(end), r.xid);
             points += 1;
         }
     }
     fails.check(points >= 5, || {
         format!("only {points} commit rows in the trace:\n{}", dump(&rows))
     });
-
-    // The decoders really decoded it: X's rows came out of the slot.
-    let rounds = decoder.finish();
-    let out: Vec<String> = c
-        .query(
-            "SELECT data FROM pg_logical_slot_get_changes($1, NULL, NULL)",
-            &[&slot],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    fails.check(
-        out.iter().any(|l| {
-            l.contains(&format!(
-                "table public.{cat}: INSERT: a[integer]:102 b[integer]:0"
-            ))
-        }),
-        || format!("test_decoding did not emit X's row:\n{}", out.join("\n")),
-    );
-    // After consuming, the replay starts from the slot's new restart_lsn.
-    let sr = snapshot(&mut c, slot, None, None);
-    counts.scan(&mut c, cat, slot, None, None);
-    println!(
-        "pgsnap-counts: {test} PG{} pageinspect headers compared {} background decoding calls {rounds} trace points {points} snapshot after consuming from: {}",
-        env.major,
-        n + n2,
-        sr.source
-    );
-    counts.finish(test, env.major, fails);
+    points
 }
 
 // ---------------------------------------------------------------------------------------
@@ -931,9 +1083,20 @@ fn xmin_of_attribute(x: &mut OpenXact, table: &str, column: &str) -> u64 {
     .unwrap()
 }
 
+/// X's DDL steps, each with the insert LSN after it, and X's subtransactions: s1
+/// (released) and s2 (rolled back).
+struct XSteps {
+    xx: u64,
+    s1: u64,
+    s2: u64,
+    marks: Vec<(&'static str, u64)>,
+}
+
+const H2_CATALOGS: [&str; 4] = ["pg_class", "pg_attribute", "pg_type", "pg_depend"];
+
 #[test]
 fn h2_ddl_steps_subtransactions_prepared_and_rewrites() {
-    let Some((_g, env, mut c)) = start() else {
+    let Some((_g, env, mut c)) = start_with_pageinspect() else {
         return;
     };
     let test = "h2";
@@ -956,8 +1119,58 @@ fn h2_ddl_steps_subtransactions_prepared_and_rewrites() {
     let mut counts = Counts::default();
     let mut fails = Failures::default();
 
-    // X: DDL steps, two subtransactions (one released, one rolled back), then PREPARE.
-    let mut x = OpenXact::begin(&env, "pgsnap-h2-x");
+    let x = h2_x_ddl_steps_then_prepare(&env, gid);
+    let w = h2_others_ddl(&env, &mut c);
+    flush_wal(&mut c);
+    h2_check_x_snapshot(&mut c, &mut fails, slot, &x);
+    h2_every_step(&mut c, &mut counts, &mut fails, slot, &x);
+    h2_branches_of_x(&mut c, &mut counts, &mut fails, slot, &x);
+    for rel in H2_CATALOGS {
+        counts.scan(&mut c, rel, slot, None, None);
+        counts.scan(&mut c, rel, slot, None, Some(w.xid));
+    }
+
+    // COMMIT PREPARED, W commits; the whole history at every step again.
+    c.batch_execute(&format!("COMMIT PREPARED '{gid}'"))
+        .unwrap();
+    w.commit();
+    let sx2 = snapshot(&mut c, slot, None, Some(x.xx));
+    fails.check(
+        sx2.status
+            .as_deref()
+            .is_some_and(|s| s.starts_with("committed")),
+        || format!("after COMMIT PREPARED: {sx2:?}"),
+    );
+    fails.check(sx2.xip.contains(&x.xx), || {
+        format!("X must be in xip after its commit: {sx2:?}")
+    });
+    for (_, at) in &x.marks {
+        counts.scan(&mut c, "pg_attribute", slot, Some(*at), Some(x.xx));
+    }
+    let maps = h2_vacuum_full_pg_attribute(&mut c, &mut counts, &mut fails, slot, &x);
+
+    // The real decoder needed the same: X's row comes out with all its columns.
+    let rounds = decoder.finish();
+    check_test_decoding_emits(
+        &mut c,
+        &mut fails,
+        slot,
+        "table public.pgsnap_h2_x: INSERT: a[integer]:1 b[integer]:2 c[integer]:3",
+        "X's row with columns a, b, c",
+    );
+    println!(
+        "pgsnap-counts: {test} PG{} steps {} background decoding calls {rounds} mapping files {maps}",
+        env.major,
+        x.marks.len(),
+    );
+    c.batch_execute("DROP TABLE IF EXISTS pgsnap_h2_x, pgsnap_h2_old, pgsnap_h2_trunc, pgsnap_h2_vf, pgsnap_h2_z")
+        .unwrap();
+    counts.finish(test, env.major, fails);
+}
+
+/// X: DDL steps, two subtransactions (one released, one rolled back), then PREPARE.
+fn h2_x_ddl_steps_then_prepare(env: &Env, gid: &str) -> XSteps {
+    let mut x = OpenXact::begin(env, "pgsnap-h2-x");
     let xx = x.xid;
     let mut marks: Vec<(&str, u64)> = Vec::new();
     x.exec("CREATE TABLE pgsnap_h2_x (a int)");
@@ -981,9 +1194,13 @@ fn h2_ddl_steps_subtransactions_prepared_and_rewrites() {
     marks.push(("DROP", x.insert_lsn()));
     x.exec("INSERT INTO pgsnap_h2_x VALUES (1, 2, 3)");
     x.prepare(gid);
-    // Y aborts DDL; Z commits DDL (VACUUM FULL of a user table, CREATE, DROP);
-    // W stays in progress.
-    let mut y = OpenXact::begin(&env, "pgsnap-h2-y");
+    XSteps { xx, s1, s2, marks }
+}
+
+/// Y aborts DDL; Z commits DDL (VACUUM FULL of a user table, CREATE, DROP); W stays in
+/// progress (returned).
+fn h2_others_ddl(env: &Env, c: &mut Client) -> OpenXact {
+    let mut y = OpenXact::begin(env, "pgsnap-h2-y");
     y.exec("CREATE TABLE pgsnap_h2_y (a int); ALTER TABLE pgsnap_h2_old ADD COLUMN z int");
     y.rollback();
     c.batch_execute("VACUUM FULL pgsnap_h2_vf").unwrap();
@@ -991,12 +1208,16 @@ fn h2_ddl_steps_subtransactions_prepared_and_rewrites() {
         "BEGIN; CREATE TABLE pgsnap_h2_z (a int, b text); DROP TABLE pgsnap_h2_dropc; COMMIT",
     )
     .unwrap();
-    let mut w = OpenXact::begin(&env, "pgsnap-h2-w");
+    let mut w = OpenXact::begin(env, "pgsnap-h2-w");
     w.exec("ALTER TABLE pgsnap_h2_old ADD COLUMN w int");
-    flush_wal(&mut c);
+    w
+}
 
-    // X's snapshot: its own xids are X and the released subtransaction only.
-    let sx = snapshot(&mut c, slot, None, Some(xx));
+/// X's snapshot: its own xids are X and the released subtransaction only (the same asked
+/// through that subtransaction); the prepared X is in progress.
+fn h2_check_x_snapshot(c: &mut Client, fails: &mut Failures, slot: &str, x: &XSteps) {
+    let (xx, s1, s2) = (x.xx, x.s1, x.s2);
+    let sx = snapshot(c, slot, None, Some(xx));
     let mut expect_sub = vec![xx, s1];
     expect_sub.sort_unstable();
     fails.check(sx.subxip == expect_sub, || {
@@ -1005,7 +1226,7 @@ fn h2_ddl_steps_subtransactions_prepared_and_rewrites() {
             sx.subxip
         )
     });
-    let via_sub = snapshot(&mut c, slot, None, Some(s1));
+    let via_sub = snapshot(c, slot, None, Some(s1));
     fails.check(
         via_sub.subxip == sx.subxip && via_sub.curcid == sx.curcid,
         || format!("asked through subtransaction {s1}: {via_sub:?} vs {sx:?}"),
@@ -1013,11 +1234,20 @@ fn h2_ddl_steps_subtransactions_prepared_and_rewrites() {
     fails.check(sx.status.as_deref() == Some("in progress"), || {
         format!("prepared X: {sx:?}")
     });
-    // Every step's LSN, for X, for its subtransaction, and for nobody.
-    let rels = ["pg_class", "pg_attribute", "pg_type", "pg_depend"];
+}
+
+/// Every step's LSN, for X, for its subtransaction, and for nobody: curcid never goes
+/// back and the replay stops at the step.
+fn h2_every_step(
+    c: &mut Client,
+    counts: &mut Counts,
+    fails: &mut Failures,
+    slot: &str,
+    x: &XSteps,
+) {
     let mut prev_curcid = -1;
-    for (what, at) in &marks {
-        let s = snapshot(&mut c, slot, Some(*at), Some(xx));
+    for (what, at) in &x.marks {
+        let s = snapshot(c, slot, Some(*at), Some(x.xx));
         fails.check(s.curcid >= prev_curcid && s.lsn <= *at, || {
             format!(
                 "curcid went back, or the replay went past {}, at {what}: {s:?}",
@@ -1025,108 +1255,111 @@ fn h2_ddl_steps_subtransactions_prepared_and_rewrites() {
             )
         });
         prev_curcid = s.curcid;
-        for rel in rels {
-            counts.scan(&mut c, rel, slot, Some(*at), Some(xx));
+        for rel in H2_CATALOGS {
+            counts.scan(c, rel, slot, Some(*at), Some(x.xx));
         }
-        counts.scan(&mut c, "pg_class", slot, Some(*at), None);
-        counts.scan(&mut c, "pg_attribute", slot, Some(*at), Some(s1));
+        counts.scan(c, "pg_class", slot, Some(*at), None);
+        counts.scan(c, "pg_attribute", slot, Some(*at), Some(x.s1));
     }
-    let at_create = marks[0].1;
-    let t = counts.scan(&mut c, "pg_attribute", slot, Some(at_create), Some(xx));
+}
+
+/// The branches X's DDL is built for: columns by command id (also right after CREATE),
+/// the released and the rolled-back subtransaction's columns, a combo CID, the dropped
+/// table's row before and after the DROP.
+fn h2_branches_of_x(
+    c: &mut Client,
+    counts: &mut Counts,
+    fails: &mut Failures,
+    slot: &str,
+    x: &XSteps,
+) {
+    let (xx, s1, s2) = (x.xx, x.s1, x.s2);
+    let at_create = x.marks[0].1;
+    let t = counts.scan(c, "pg_attribute", slot, Some(at_create), Some(xx));
     expect(
-        &mut fails,
+        fails,
         "column b, seen right after CREATE",
         &t,
         |t| t.xmin == xx,
         "xmin ours, cmin >= curcid",
         false,
     );
-    let t = counts.scan(&mut c, "pg_attribute", slot, None, Some(xx));
-    expect(
-        &mut fails,
-        "X's columns",
+    let t = counts.scan(c, "pg_attribute", slot, None, Some(xx));
+    expect_all(
+        fails,
         &t,
-        |t| t.xmin == xx && t.xmax == 0,
-        "xmin ours, cmin < curcid",
-        true,
+        &[
+            (
+                "X's columns",
+                &|t: &Tup| t.xmin == xx && t.xmax == 0,
+                "xmin ours, cmin < curcid",
+                true,
+            ),
+            (
+                "column c of the released subtransaction",
+                &|t: &Tup| t.xmin == s1,
+                "xmin ours, cmin < curcid",
+                true,
+            ),
+            (
+                "column d of the rolled-back subtransaction",
+                &|t: &Tup| t.xmin == s2,
+                "xmin in [xmin, xmax), not in xip",
+                false,
+            ),
+        ],
     );
-    expect(
-        &mut fails,
-        "column c of the released subtransaction",
+    let dropped = |t: &Tup| t.xmax == xx && t.xmin != xx && t.xmin != s1;
+    let t = counts.scan(c, "pg_class", slot, None, Some(xx));
+    expect_all(
+        fails,
         &t,
-        |t| t.xmin == s1,
-        "xmin ours, cmin < curcid",
-        true,
+        &[
+            (
+                "combo CID: X's pg_class row updated by X",
+                &|t: &Tup| t.xmin == xx && t.has("HEAP_COMBOCID"),
+                "xmax ours, cmax < curcid",
+                false,
+            ),
+            (
+                "pg_class row of the dropped table",
+                &dropped,
+                "xmax ours, cmax < curcid",
+                false,
+            ),
+        ],
     );
+    let at_truncate = x.marks.iter().find(|m| m.0 == "TRUNCATE").unwrap().1;
+    let t = counts.scan(c, "pg_class", slot, Some(at_truncate), Some(xx));
     expect(
-        &mut fails,
-        "column d of the rolled-back subtransaction",
-        &t,
-        |t| t.xmin == s2,
-        "xmin in [xmin, xmax), not in xip",
-        false,
-    );
-    let t = counts.scan(&mut c, "pg_class", slot, None, Some(xx));
-    expect(
-        &mut fails,
-        "combo CID: X's pg_class row updated by X",
-        &t,
-        |t| t.xmin == xx && t.has("HEAP_COMBOCID"),
-        "xmax ours, cmax < curcid",
-        false,
-    );
-    expect(
-        &mut fails,
-        "pg_class row of the dropped table",
-        &t,
-        |t| t.xmax == xx && t.xmin != xx && t.xmin != s1,
-        "xmax ours, cmax < curcid",
-        false,
-    );
-    let at_truncate = marks.iter().find(|m| m.0 == "TRUNCATE").unwrap().1;
-    let t = counts.scan(&mut c, "pg_class", slot, Some(at_truncate), Some(xx));
-    expect(
-        &mut fails,
+        fails,
         "dropped table's row before the DROP",
         &t,
-        |t| t.xmax == xx && t.xmin != xx && t.xmin != s1,
+        dropped,
         "xmax ours, cmax >= curcid",
         true,
     );
-    for rel in rels {
-        counts.scan(&mut c, rel, slot, None, None);
-        counts.scan(&mut c, rel, slot, None, Some(w.xid));
-    }
+}
 
-    // COMMIT PREPARED, W commits; the whole history at every step again.
-    c.batch_execute(&format!("COMMIT PREPARED '{gid}'"))
-        .unwrap();
-    w.commit();
-    let sx2 = snapshot(&mut c, slot, None, Some(xx));
-    fails.check(
-        sx2.status
-            .as_deref()
-            .is_some_and(|s| s.starts_with("committed")),
-        || format!("after COMMIT PREPARED: {sx2:?}"),
-    );
-    fails.check(sx2.xip.contains(&xx), || {
-        format!("X must be in xip after its commit: {sx2:?}")
-    });
-    for (_, at) in &marks {
-        counts.scan(&mut c, "pg_attribute", slot, Some(*at), Some(xx));
-    }
-
-    // VACUUM FULL pg_attribute while the slot still needs X's rows: the rewrite writes
-    // mapping files, and X's rows move to a new relfilenode.
-    let before: String = c
-        .query_one("SELECT pg_relation_filenode('pg_attribute')::text", &[])
-        .unwrap()
-        .get(0);
+/// VACUUM FULL pg_attribute while the slot still needs X's rows: the rewrite writes
+/// mapping files (one for X), and X's rows (new relfilenode) still resolve, also at an
+/// earlier step. Returns the number of mapping files.
+fn h2_vacuum_full_pg_attribute(
+    c: &mut Client,
+    counts: &mut Counts,
+    fails: &mut Failures,
+    slot: &str,
+    x: &XSteps,
+) -> usize {
+    let xx = x.xx;
+    let filenode = |c: &mut Client| -> String {
+        c.query_one("SELECT pg_relation_filenode('pg_attribute')::text", &[])
+            .unwrap()
+            .get(0)
+    };
+    let before = filenode(c);
     c.batch_execute("VACUUM FULL pg_attribute").unwrap();
-    let after: String = c
-        .query_one("SELECT pg_relation_filenode('pg_attribute')::text", &[])
-        .unwrap()
-        .get(0);
+    let after = filenode(c);
     let maps: Vec<String> = c
         .query(
             "SELECT name FROM pg_ls_dir('pg_logical/mappings') AS name WHERE name LIKE 'map-%' ORDER BY 1",
@@ -1140,57 +1373,26 @@ fn h2_ddl_steps_subtransactions_prepared_and_rewrites() {
     fails.check(before != after && maps.iter().any(|m| m.contains(&x_hex)), || {
         format!("pg_attribute {before} -> {after}; mapping files {maps:?} (want one for xid {xx:x})")
     });
-    let t = counts.scan(&mut c, "pg_attribute", slot, None, Some(xx));
+    let t = counts.scan(c, "pg_attribute", slot, None, Some(xx));
     expect(
-        &mut fails,
+        fails,
         "X's columns after VACUUM FULL pg_attribute (resolved through mapping files)",
         &t,
         |t| t.xmin == xx && t.resolved,
         "xmin ours, cmin < curcid",
         true,
     );
-    let t = counts.scan(&mut c, "pg_attribute", slot, Some(marks[1].1), Some(xx));
+    let t = counts.scan(c, "pg_attribute", slot, Some(x.marks[1].1), Some(xx));
     expect(
-        &mut fails,
+        fails,
         "X's columns after the rewrite, at an earlier step",
         &t,
-        |t| t.xmin == s1,
+        |t| t.xmin == x.s1,
         "xmin ours, cmin >= curcid",
         false,
     );
-    counts.scan(&mut c, "pg_attribute", slot, None, None);
-
-    // The real decoder needed the same: X's row comes out with all its columns.
-    let rounds = decoder.finish();
-    let out: Vec<String> = c
-        .query(
-            "SELECT data FROM pg_logical_slot_get_changes($1, NULL, NULL)",
-            &[&slot],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    fails.check(
-        out.iter().any(|l| {
-            l.contains("table public.pgsnap_h2_x: INSERT: a[integer]:1 b[integer]:2 c[integer]:3")
-        }),
-        || {
-            format!(
-                "test_decoding did not emit X's row with columns a, b, c:\n{}",
-                out.join("\n")
-            )
-        },
-    );
-    println!(
-        "pgsnap-counts: {test} PG{} steps {} background decoding calls {rounds} mapping files {}",
-        env.major,
-        marks.len(),
-        maps.len()
-    );
-    c.batch_execute("DROP TABLE IF EXISTS pgsnap_h2_x, pgsnap_h2_old, pgsnap_h2_trunc, pgsnap_h2_vf, pgsnap_h2_z")
-        .unwrap();
-    counts.finish(test, env.major, fails);
+    counts.scan(c, "pg_attribute", slot, None, None);
+    maps.len()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1204,7 +1406,7 @@ fn h2_ddl_steps_subtransactions_prepared_and_rewrites() {
 /// slot's catalog_xmin as xmin would hide.
 #[test]
 fn h3_seed_003_hot_chains_and_historic_xmin() {
-    let Some((_g, env, mut c)) = start() else {
+    let Some((_g, env, mut c)) = start_with_pageinspect() else {
         return;
     };
     let test = "h3";
@@ -1222,21 +1424,41 @@ fn h3_seed_003_hot_chains_and_historic_xmin() {
     let horizon = server_slot(&mut c, slot)
         .catalog_xmin
         .expect("catalog_xmin");
+    let (s, c2x) = h3_historic_xmin_from_the_wal(&env, &mut c, &mut fails, slot, horizon);
+    h3_column_hidden_by_the_slots_horizon(&mut c, &mut counts, &mut fails, slot, &s, c2x, horizon);
+    let hot_pairs = h3_hot_chains(&env, &mut c, &mut counts, &mut fails, slot);
+    println!(
+        "pgsnap-counts: {test} PG{} historic xmin {} slot catalog_xmin {horizon} HOT pairs checked {hot_pairs}",
+        env.major, s.xmin
+    );
+    c.batch_execute("DROP TABLE IF EXISTS pgsnap_h3_u, pgsnap_h3_d, pgsnap_h3_cat")
+        .unwrap();
+    counts.finish(test, env.major, fails);
+}
 
-    // Committed after the slot's horizon: a table and one more column.
+/// C2 commits a table's new column after the slot's `horizon`; the builder's xmin moves
+/// past it at the next RUNNING_XACTS and the next catalog commit builds the snapshot
+/// with it. That snapshot's xmin is not the slot's catalog_xmin but the oldestRunningXid
+/// of the last RUNNING_XACTS before the build (WAL). Returns the snapshot and C2's xid.
+fn h3_historic_xmin_from_the_wal(
+    env: &Env,
+    c: &mut Client,
+    fails: &mut Failures,
+    slot: &str,
+    horizon: u64,
+) -> (Snap, u64) {
     c.batch_execute("CREATE TABLE pgsnap_h3_u (a int)").unwrap();
-    let mut c2 = OpenXact::begin(&env, "pgsnap-h3-c2");
+    let mut c2 = OpenXact::begin(env, "pgsnap-h3-c2");
     let c2x = c2.xid;
     c2.exec("ALTER TABLE pgsnap_h3_u ADD COLUMN b int");
     c2.commit();
-    // The builder's xmin moves past them at the next RUNNING_XACTS; the next catalog
-    // commit builds the snapshot with it (and C2 is purged from the committed list).
-    let mut s = snapshot(&mut c, slot, None, None);
+    // (C2 is purged from the committed list once xmin passes it.)
+    let mut s = snapshot(c, slot, None, None);
     for _ in 0..10 {
-        env.log_standby_snapshot(&mut c);
+        env.log_standby_snapshot(c);
         c.batch_execute("DROP TABLE IF EXISTS pgsnap_h3_d; CREATE TABLE pgsnap_h3_d (a int)")
             .unwrap();
-        s = snapshot(&mut c, slot, None, None);
+        s = snapshot(c, slot, None, None);
         if s.xmin > c2x {
             break;
         }
@@ -1244,17 +1466,15 @@ fn h3_seed_003_hot_chains_and_historic_xmin() {
     c.batch_execute("INSERT INTO pgsnap_h3_u VALUES (1, 2)")
         .unwrap();
     fails.check(
-        s.xmin > c2x && !s.xip.contains(&c2x) && (horizon as u64) <= c2x,
+        s.xmin > c2x && !s.xip.contains(&c2x) && horizon <= c2x,
         || format!("snapshot {s:?}, C2 {c2x}, slot catalog_xmin {horizon}"),
     );
     fails.check(s.xmin != horizon, || {
         format!("historic xmin {} equals the slot's catalog_xmin", s.xmin)
     });
-    // The snapshot's xmin is an oldestRunningXid from the WAL: the last RUNNING_XACTS
-    // before the commit that built it.
     let built_at = s.built_at.expect("built_at");
-    let ss = server_slot(&mut c, slot);
-    let rx = wal_running_xacts(&mut c, ss.restart_lsn, built_at);
+    let ss = server_slot(c, slot);
+    let rx = wal_running_xacts(c, ss.restart_lsn, built_at);
     let last = rx.last().expect("a RUNNING_XACTS record before the build");
     fails.check(last.oldest_running_xid == s.xmin, || {
         format!(
@@ -1264,8 +1484,21 @@ fn h3_seed_003_hot_chains_and_historic_xmin() {
             fmt_lsn(last.start)
         )
     });
-    // Column b's pg_attribute row: visible under the real snapshot, hidden under one
-    // whose xmin is the slot's horizon.
+    (s, c2x)
+}
+
+/// Column b's pg_attribute row: visible under the real snapshot `s`, hidden under one
+/// whose xmin is the slot's `horizon` (`snapbuild_historic_visible`); test_decoding
+/// decoded column b.
+fn h3_column_hidden_by_the_slots_horizon(
+    c: &mut Client,
+    counts: &mut Counts,
+    fails: &mut Failures,
+    slot: &str,
+    s: &Snap,
+    c2x: u64,
+    horizon: u64,
+) {
     let ctid: String = c
         .query_one(
             "SELECT ctid::text FROM pg_attribute WHERE attrelid = 'pgsnap_h3_u'::regclass AND attname = 'b'",
@@ -1273,12 +1506,12 @@ fn h3_seed_003_hot_chains_and_historic_xmin() {
         )
         .unwrap()
         .get(0);
-    let t = counts.scan(&mut c, "pg_attribute", slot, None, None);
+    let t = counts.scan(c, "pg_attribute", slot, None, None);
     let row = t.iter().find(|t| t.ctid == ctid).expect("column b's row");
     fails.check(row.server && row.rust && row.xmin == c2x, || {
         format!("column b: {row:?}")
     });
-    let mask = infomask_of(&mut c, "pg_attribute", &ctid);
+    let mask = infomask_of(c, "pg_attribute", &ctid);
     let xip_text = format!(
         "{{{}}}",
         s.xip
@@ -1287,41 +1520,41 @@ fn h3_seed_003_hot_chains_and_historic_xmin() {
             .collect::<Vec<_>>()
             .join(",")
     );
-    let (vis, branch): (bool, String) = {
-        let r = c
-            .query_one(
-                "SELECT visible, branch FROM snapbuild_historic_visible($1::text::xid, '0', $2, NULL, $3::text::xid, $4::text::xid, $5::text::xid[])",
-                &[&c2x.to_string(), &mask, &horizon.to_string(), &s.xmax.to_string(), &xip_text],
-            )
-            .unwrap();
-        (r.get(0), r.get(1))
-    };
+    let r = c
+        .query_one(
+            "SELECT visible, branch FROM snapbuild_historic_visible($1::text::xid, '0', $2, NULL, $3::text::xid, $4::text::xid, $5::text::xid[])",
+            &[&c2x.to_string(), &mask, &horizon.to_string(), &s.xmax.to_string(), &xip_text],
+        )
+        .unwrap();
+    let (vis, branch): (bool, String) = (r.get(0), r.get(1));
     fails.check(!vis, || {
         format!("with xmin = the slot's catalog_xmin {horizon}, column b would be {vis} ({branch})")
     });
     // The decoder saw column b.
-    let out: Vec<String> = c
-        .query(
-            "SELECT data FROM pg_logical_slot_peek_changes($1, NULL, NULL)",
-            &[&slot],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let out = slot_changes(c, slot, false);
     fails.check(
         out.iter()
             .any(|l| l.contains("table public.pgsnap_h3_u: INSERT: a[integer]:1 b[integer]:2")),
         || format!("test_decoding output:\n{}", out.join("\n")),
     );
+}
 
-    // HOT: E updates a catalog row in place (a heap-only successor on the same page).
-    let mut e = OpenXact::begin(&env, "pgsnap-h3-e");
+/// HOT: E updates a catalog row in place (a heap-only successor on the same page). The
+/// HOT-updated tuple gets the historic verdict (invisible, MVCC: visible) and its
+/// heap-only successor too (visible, MVCC: invisible). Returns the pairs checked.
+fn h3_hot_chains(
+    env: &Env,
+    c: &mut Client,
+    counts: &mut Counts,
+    fails: &mut Failures,
+    slot: &str,
+) -> usize {
+    let mut e = OpenXact::begin(env, "pgsnap-h3-e");
     e.exec("ALTER TABLE pgsnap_h3_u ADD COLUMN c int; UPDATE pgsnap_h3_cat SET b = 1 WHERE a = 1");
-    flush_wal(&mut c);
+    flush_wal(c);
     let mut hot_pairs = 0;
     for rel in ["pgsnap_h3_cat", "pg_class"] {
-        let t = counts.scan(&mut c, rel, slot, None, Some(e.xid));
+        let t = counts.scan(c, rel, slot, None, Some(e.xid));
         for old in t
             .iter()
             .filter(|t| t.xmax == e.xid && t.has("HEAP_HOT_UPDATED"))
@@ -1337,7 +1570,7 @@ fn h3_seed_003_hot_chains_and_historic_xmin() {
                 .unwrap()
                 .get(0)
             };
-            let old_mvcc = mvcc(&mut c, &old.ctid);
+            let old_mvcc = mvcc(c, &old.ctid);
             fails.check(!old.server && old_mvcc, || {
                 format!(
                     "{rel} HOT-updated {}: historic (server) {} vs MVCC {old_mvcc}",
@@ -1345,7 +1578,7 @@ fn h3_seed_003_hot_chains_and_historic_xmin() {
                 )
             });
             if let Some(n) = new {
-                let new_mvcc = mvcc(&mut c, &n.ctid);
+                let new_mvcc = mvcc(c, &n.ctid);
                 fails.check(n.server && !new_mvcc, || {
                     format!(
                         "{rel} heap-only {}: historic (server) {} vs MVCC {new_mvcc}",
@@ -1360,13 +1593,7 @@ fn h3_seed_003_hot_chains_and_historic_xmin() {
         "no HOT-updated catalog tuple found".into()
     });
     e.rollback();
-    println!(
-        "pgsnap-counts: {test} PG{} historic xmin {} slot catalog_xmin {horizon} HOT pairs checked {hot_pairs}",
-        env.major, s.xmin
-    );
-    c.batch_execute("DROP TABLE IF EXISTS pgsnap_h3_u, pgsnap_h3_d, pgsnap_h3_cat")
-        .unwrap();
-    counts.finish(test, env.major, fails);
+    hot_pairs
 }
 
 /// t_infomask of one tuple, read with pageinspect.
@@ -1392,7 +1619,7 @@ fn infomask_of(c: &mut Client, rel: &str, ctid: &str) -> i32 {
 
 #[test]
 fn h4_no_snapshot_before_full_and_snapshots_from_files() {
-    let Some((_g, env, mut c)) = start() else {
+    let Some((_g, env, mut c)) = start_with_pageinspect() else {
         return;
     };
     let test = "h4";
@@ -1404,11 +1631,40 @@ fn h4_no_snapshot_before_full_and_snapshots_from_files() {
     ))
     .unwrap();
     let mut fails = Failures::default();
-    // A transaction open while the slot is created: the builder waits in BUILDING.
-    let h = OpenXact::begin(&env, "pgsnap-h4-h");
-    let cr = Creation::start(&env, slot, "test_decoding");
+    h4_no_snapshot_while_building(&env, &mut c, &mut fails, slot);
+    h4_refused_relations(&mut c, &mut fails, slot, tab);
+    h4_no_snapshot_at_or_before_restart_lsn(&mut c, &mut fails, slot);
+    // .snap files the server writes: the snapshot SnapBuildRestore would build from each.
+    c.batch_execute(&format!("CREATE TABLE {tab}_2 (a int); DROP TABLE {tab}_2"))
+        .unwrap();
+    let files = produce_snap_files(&env, &mut c, slot, tab);
+    let mut compared = 0;
+    for name in files.keys() {
+        h4_snapshot_from_file(&env, &mut c, &mut fails, name);
+        compared += 1;
+    }
+    // After consuming, the replay starts at a .snap file (branch b): the snapshot comes
+    // from that file until a catalog commit rebuilds it.
+    let ss = server_slot(&mut c, slot);
+    let s = snapshot(&mut c, slot, None, None);
+    let mut counts = Counts::default();
+    counts.scan(&mut c, "pg_class", slot, None, None);
+    println!(
+        "pgsnap-counts: {test} PG{} snap files compared {compared} restart_lsn {} snapshot source: {}",
+        env.major,
+        fmt_lsn(ss.restart_lsn),
+        s.source
+    );
+    counts.finish(test, env.major, fails);
+}
+
+/// A transaction open while the slot is created: the builder waits in BUILDING, and
+/// neither a historic snapshot nor a scan is possible (55000).
+fn h4_no_snapshot_while_building(env: &Env, c: &mut Client, fails: &mut Failures, slot: &str) {
+    let h = OpenXact::begin(env, "pgsnap-h4-h");
+    let cr = Creation::start(env, slot, "test_decoding");
     wait_for("creation to wait for h", Duration::from_secs(30), || {
-        waits_for_xid(&mut c, cr.pid, h.xid)
+        waits_for_xid(c, cr.pid, h.xid)
     });
     for sql in [
         "SELECT * FROM snapbuild_historic_snapshot($1::text::name)",
@@ -1425,7 +1681,10 @@ fn h4_no_snapshot_before_full_and_snapshots_from_files() {
     }
     h.commit();
     cr.wait(Duration::from_secs(90));
-    // Relations without heap pages to judge, and temporary ones.
+}
+
+/// Relations without heap pages to judge (an index: 42809), and temporary ones (0A000).
+fn h4_refused_relations(c: &mut Client, fails: &mut Failures, slot: &str, tab: &str) {
     c.batch_execute(&format!(
         "CREATE INDEX IF NOT EXISTS {tab}_i ON {tab} (a); CREATE TEMP TABLE {tab}_tmp (a int)"
     ))
@@ -1442,8 +1701,11 @@ fn h4_no_snapshot_before_full_and_snapshots_from_files() {
             .expect_err("refused relation");
         fails.check(db_err(&e).0 == want, || format!("{rel}: {:?}", db_err(&e)));
     }
-    let ss = server_slot(&mut c, slot);
-    // At restart_lsn nothing is replayed yet: START.
+}
+
+/// At restart_lsn nothing is replayed yet (START: 55000); before it, 22023.
+fn h4_no_snapshot_at_or_before_restart_lsn(c: &mut Client, fails: &mut Failures, slot: &str) {
+    let ss = server_slot(c, slot);
     let e = c
         .query(
             "SELECT * FROM snapbuild_historic_snapshot($1::text::name, $2::text::pg_lsn)",
@@ -1461,57 +1723,42 @@ fn h4_no_snapshot_before_full_and_snapshots_from_files() {
         )
         .expect_err("before restart_lsn");
     fails.check(db_err(&e).0 == "22023", || format!("{:?}", db_err(&e)));
-    // .snap files the server writes: the snapshot SnapBuildRestore would build from each.
-    c.batch_execute(&format!("CREATE TABLE {tab}_2 (a int); DROP TABLE {tab}_2"))
-        .unwrap();
-    let files = produce_snap_files(&env, &mut c, slot, tab);
-    let mut compared = 0;
-    for name in files.keys() {
-        let ours = json_rows(
-            &mut c,
-            "SELECT * FROM snapbuild_historic_snapshot_from_file($1)",
-            &[name],
-        )
-        .unwrap();
-        let info = json_rows(&mut c, "SELECT * FROM snapbuild_snapshot_info($1)", &[name]).unwrap();
-        let (o, i) = (&ours[0], &info[0]);
-        let mut committed = jxids(i, "committed_xip").unwrap_or_default();
-        committed.sort_unstable();
-        fails.check(
-            jxid(o, "xmin") == jxid(i, "xmin")
-                && jxid(o, "xmax") == jxid(i, "xmax")
-                && jxids(o, "xip") == Some(committed.clone())
-                && jxids(o, "subxip") == Some(vec![])
-                && jlsn(o, "lsn") == snap_lsn(name),
-            || format!("{name}: {} vs {}", show(o), show(i)),
-        );
-        if env.has_logicalinspect() {
-            let same: bool = c
-                .query_one(
-                    "SELECT h.xmin = l.xmin AND h.xmax = l.xmax
-                        AND h.xip::text[] = coalesce(ARRAY(SELECT x::text FROM unnest(l.committed_xip) x ORDER BY x::text::bigint), '{}')
-                       FROM snapbuild_historic_snapshot_from_file($1) h, pg_get_logical_snapshot_info($1) l",
-                    &[name],
-                )
-                .unwrap()
-                .get(0);
-            fails.check(same, || {
-                format!("{name}: differs from pg_get_logical_snapshot_info")
-            });
-        }
-        compared += 1;
-    }
-    // After consuming, the replay starts at a .snap file (branch b): the snapshot comes
-    // from that file until a catalog commit rebuilds it.
-    let ss = server_slot(&mut c, slot);
-    let s = snapshot(&mut c, slot, None, None);
-    let mut counts = Counts::default();
-    counts.scan(&mut c, "pg_class", slot, None, None);
-    println!(
-        "pgsnap-counts: {test} PG{} snap files compared {compared} restart_lsn {} snapshot source: {}",
-        env.major,
-        fmt_lsn(ss.restart_lsn),
-        s.source
+}
+
+/// `snapbuild_historic_snapshot_from_file` of a server-written file: the file's xmin,
+/// xmax and sorted committed xids as xip, no subxip, the file's LSN; on 18 the same as
+/// `pg_get_logical_snapshot_info`.
+fn h4_snapshot_from_file(env: &Env, c: &mut Client, fails: &mut Failures, name: &String) {
+    let ours = json_rows(
+        c,
+        "SELECT * FROM snapbuild_historic_snapshot_from_file($1)",
+        &[name],
+    )
+    .unwrap();
+    let info = json_rows(c, "SELECT * FROM snapbuild_snapshot_info($1)", &[name]).unwrap();
+    let (o, i) = (&ours[0], &info[0]);
+    let mut committed = jxids(i, "committed_xip").unwrap_or_default();
+    committed.sort_unstable();
+    fails.check(
+        jxid(o, "xmin") == jxid(i, "xmin")
+            && jxid(o, "xmax") == jxid(i, "xmax")
+            && jxids(o, "xip") == Some(committed.clone())
+            && jxids(o, "subxip") == Some(vec![])
+            && jlsn(o, "lsn") == snap_lsn(name),
+        || format!("{name}: {} vs {}", show(o), show(i)),
     );
-    counts.finish(test, env.major, fails);
+    if env.has_logicalinspect() {
+        let same: bool = c
+            .query_one(
+                "SELECT h.xmin = l.xmin AND h.xmax = l.xmax
+                    AND h.xip::text[] = coalesce(ARRAY(SELECT x::text FROM unnest(l.committed_xip) x ORDER BY x::text::bigint), '{}')
+                   FROM snapbuild_historic_snapshot_from_file($1) h, pg_get_logical_snapshot_info($1) l",
+                &[name],
+            )
+            .unwrap()
+            .get(0);
+        fails.check(same, || {
+            format!("{name}: differs from pg_get_logical_snapshot_info")
+        });
+    }
 }

@@ -143,21 +143,10 @@ struct Step {
     lines: Vec<String>,
 }
 
-fn verdict(r: &TraceRow) -> Option<String> {
-    r.raw
-        .get("verdict")
-        .and_then(|v| v.as_str())
-        .map(str::to_owned)
-}
-
-fn timetravel(r: &TraceRow) -> Option<bool> {
-    r.raw.get("timetravel").and_then(|v| v.as_bool())
-}
-
 /// The trace rows that carry a decode verdict, one per line.
 fn dump_verdicts(rows: &[TraceRow]) -> String {
     rows.iter()
-        .filter(|r| verdict(r).is_some())
+        .filter(|r| r.verdict().is_some())
         .map(|r| {
             format!(
                 "  {} .. {} {:<16} xid {:?} verdict {:?} decoded {:?} timetravel {:?}\n",
@@ -165,9 +154,9 @@ fn dump_verdicts(rows: &[TraceRow]) -> String {
                 r.end_lsn.map(fmt_lsn).unwrap_or_default(),
                 r.record,
                 r.xid,
-                verdict(r),
+                r.verdict(),
                 r.raw.get("decoded"),
-                timetravel(r)
+                r.flag("timetravel")
             )
         })
         .collect()
@@ -175,10 +164,8 @@ fn dump_verdicts(rows: &[TraceRow]) -> String {
 
 impl Scenario {
     fn start(tag: &'static str) -> Option<Scenario> {
-        let g = serial();
-        let env = env()?;
-        let mut c = env.setup();
-        let pid: i32 = c.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+        let (g, env, mut c) = start()?;
+        let pid = backend_pid(&mut c);
         Some(Scenario {
             tag,
             env,
@@ -228,23 +215,16 @@ impl Scenario {
         self.c
             .batch_execute(sql)
             .unwrap_or_else(|e| panic!("{sql}: {}", err_text(&e)));
-        let x: String = self
-            .c
-            .query_one("SELECT pg_current_xact_id()::xid::text", &[])
-            .unwrap()
-            .get(0);
+        let x = current_xid(&mut self.c);
         self.c.batch_execute("COMMIT").unwrap();
-        x.parse().unwrap()
+        x
     }
 
     /// A RUNNING_XACTS record now (pg_log_standby_snapshot on 16+, CHECKPOINT on 14/15),
     /// followed by a small commit so the WAL is flushed past it.
     fn running_xacts(&mut self, flush_table: &str) -> Option<u64> {
-        let l = self.env.log_standby_snapshot(&mut self.c);
-        self.c
-            .batch_execute(&format!("INSERT INTO {flush_table} VALUES (0)"))
-            .unwrap();
-        l
+        self.env
+            .log_standby_snapshot_flushed(&mut self.c, flush_table, "0")
     }
 
     fn get_changes(&mut self, slot: &str) -> Vec<String> {
@@ -288,7 +268,7 @@ impl Scenario {
                     )
                 });
             }
-            match r.raw.get("bytes_agree").and_then(|v| v.as_bool()) {
+            match r.flag("bytes_agree") {
                 Some(true) => self.n.bytes_equal += 1,
                 Some(false) => self.fails.check(false, || {
                     format!(
@@ -298,10 +278,10 @@ impl Scenario {
                 }),
                 None => {}
             }
-            if let Some(v) = verdict(r) {
+            if let Some(v) = r.verdict() {
                 self.n.verdict_rows += 1;
                 let emits = !emits_for_verdict(&v).is_empty();
-                let decoded = r.raw.get("decoded").and_then(|v| v.as_bool());
+                let decoded = r.flag("decoded");
                 self.fails.check(decoded == Some(emits), || {
                     format!(
                         "{tag} {step}: {slot}: row with verdict {v:?} has decoded = {decoded:?}: {}",
@@ -382,7 +362,6 @@ impl Scenario {
     /// catalog_xmin, in slot creation) becomes consistent on the record ending at `ret`,
     /// and the creating backend's LOG lines are the replay's.
     fn check_creation(&mut self, slot: &str, pid: i32, ret: u64, log_off: u64) {
-        let tag = self.tag;
         let ss = server_slot(&mut self.c, slot);
         self.check(ss.confirmed_flush == Some(ret), || {
             format!(
@@ -391,35 +370,9 @@ impl Scenario {
                 fmt_lsn(ret)
             )
         });
-        // the consistent message is written before the function returns; give the log a moment
-        let env = self.env.clone();
-        let mut msgs = Vec::new();
-        for _ in 0..50 {
-            msgs = builder_messages(&log_entries_since(&env, log_off), pid);
-            if msgs.iter().any(|(_, e)| {
-                e.message
-                    .starts_with("logical decoding found consistent point")
-            }) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let rows = json_rows(
-            &mut self.c,
-            "SELECT * FROM snapbuild_trace_range($1::text::pg_lsn, NULL, $2::text::xid, true)",
-            &[
-                &fmt_lsn(ss.restart_lsn),
-                &ss.catalog_xmin.unwrap_or(0).to_string(),
-            ],
-        );
-        let rows = match rows {
-            Ok(r) => trace_rows(r),
-            Err(e) => {
-                self.check(false, || {
-                    format!("{slot}: snapbuild_trace_range failed: {}", err_text(&e))
-                });
-                return;
-            }
+        let msgs = self.creation_messages(pid, log_off);
+        let Some(rows) = self.replayed_creation(slot, &ss) else {
+            return;
         };
         self.n.creations += 1;
         let crow = rows
@@ -439,29 +392,7 @@ impl Scenario {
             });
             return;
         };
-        self.check(crow.end_lsn == Some(ret), || {
-            format!(
-                "{slot}: the replayed creation becomes consistent on a record ending at {:?}, the server returned {}:\n{}",
-                crow.end_lsn.map(fmt_lsn),
-                fmt_lsn(ret),
-                dump(&rows)
-            )
-        });
-        let server_kind = msgs.last().map(|(_, e)| log_branch(e));
-        self.check(server_kind == crow.branch.as_deref(), || {
-            format!(
-                "{slot}: the server became consistent by {server_kind:?}, the replay by {:?}:\n{}{}",
-                crow.branch,
-                dump_log(&msgs),
-                dump(&rows)
-            )
-        });
-        self.n.log_lines += msgs.len();
-        soft(
-            &mut self.fails,
-            &format!("{tag}: {slot}: creation LOG lines vs the replay"),
-            || compare_log_with_trace(&msgs, &rows, crow.lsn),
-        );
+        self.check_consistent_like_the_server(slot, ret, &msgs, &rows, &crow);
         let upto = crow.end_lsn.unwrap_or(0);
         let bad: Vec<String> = rows
             .iter()
@@ -474,6 +405,82 @@ impl Scenario {
                 bad.join("\n")
             )
         });
+    }
+
+    /// The creating backend's builder messages; the consistent message is written before
+    /// the function returns, so the log gets a moment (≤ 5 s) to show it.
+    fn creation_messages(&self, pid: i32, log_off: u64) -> Vec<(u64, LogEntry)> {
+        let mut msgs = Vec::new();
+        for _ in 0..50 {
+            msgs = builder_messages(&log_entries_since(&self.env, log_off), pid);
+            if msgs.iter().any(|(_, e)| {
+                e.message
+                    .starts_with("logical decoding found consistent point")
+            }) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        msgs
+    }
+
+    /// `snapbuild_trace_range` of a slot's creation: from its restart_lsn, with its
+    /// catalog_xmin, in slot creation (a failure is collected).
+    fn replayed_creation(&mut self, slot: &str, ss: &ServerSlot) -> Option<Vec<TraceRow>> {
+        let rows = json_rows(
+            &mut self.c,
+            "SELECT * FROM snapbuild_trace_range($1::text::pg_lsn, NULL, $2::text::xid, true)",
+            &[
+                &fmt_lsn(ss.restart_lsn),
+                &ss.catalog_xmin.unwrap_or(0).to_string(),
+            ],
+        );
+        match rows {
+            Ok(r) => Some(trace_rows(r)),
+            Err(e) => {
+                self.check(false, || {
+                    format!("{slot}: snapbuild_trace_range failed: {}", err_text(&e))
+                });
+                None
+            }
+        }
+    }
+
+    /// The replayed creation's consistent row `crow` ends where the creation returned
+    /// (`ret`), by the branch the server logged last, and the LOG lines up to it are the
+    /// server's.
+    fn check_consistent_like_the_server(
+        &mut self,
+        slot: &str,
+        ret: u64,
+        msgs: &[(u64, LogEntry)],
+        rows: &[TraceRow],
+        crow: &TraceRow,
+    ) {
+        let tag = self.tag;
+        self.check(crow.end_lsn == Some(ret), || {
+            format!(
+                "{slot}: the replayed creation becomes consistent on a record ending at {:?}, the server returned {}:\n{}",
+                crow.end_lsn.map(fmt_lsn),
+                fmt_lsn(ret),
+                dump(rows)
+            )
+        });
+        let server_kind = msgs.last().map(|(_, e)| log_branch(e));
+        self.check(server_kind == crow.branch.as_deref(), || {
+            format!(
+                "{slot}: the server became consistent by {server_kind:?}, the replay by {:?}:\n{}{}",
+                crow.branch,
+                dump_log(msgs),
+                dump(rows)
+            )
+        });
+        self.n.log_lines += msgs.len();
+        soft(
+            &mut self.fails,
+            &format!("{tag}: {slot}: creation LOG lines vs the replay"),
+            || compare_log_with_trace(msgs, rows, crow.lsn),
+        );
     }
 
     /// Slot creation waits for every transaction of the cluster: before one, wait (up
@@ -640,32 +647,7 @@ fn across_serialization(tag: &'static str, in_subxact: bool) {
     );
     s.create_checked(&slot, false);
 
-    // s0 changes the catalog (at top level, or only inside a released subtransaction
-    // after a top-level insert) and stays open across a RUNNING_XACTS
-    let mut s0 = OpenXact::begin(&s.env, "pgsnap-sc-s0");
-    if in_subxact {
-        s0.exec(&format!(
-            "INSERT INTO {tab} VALUES (0); SAVEPOINT sp1; ALTER TABLE {tab} ADD COLUMN {col} int"
-        ));
-    } else {
-        s0.exec(&format!("ALTER TABLE {tab} ADD COLUMN {col} int"));
-    }
-    // the xid that changed the catalog: the new pg_attribute row's xmin
-    let changer: u64 = s0
-        .text(&format!(
-            "SELECT xmin FROM pg_attribute WHERE attrelid = '{tab}'::regclass AND attname = '{col}'"
-        ))
-        .parse()
-        .unwrap();
-    if in_subxact {
-        s0.exec("RELEASE SAVEPOINT sp1");
-        s.check(changer != s0.xid, || {
-            format!(
-                "the catalog change should be the subtransaction's, not s0={}'s",
-                s0.xid
-            )
-        });
-    }
+    let (mut s0, changer) = catalog_change_in_s0(&mut s, &tab, &col, in_subxact);
     let ddl_end = s0.insert_lsn();
     let rx1 = s.running_xacts(&ktab);
     // k's first change comes after that record: while k is the oldest transaction, the
@@ -689,41 +671,100 @@ fn across_serialization(tag: &'static str, in_subxact: bool) {
         )
     });
     let commit_lsn = commit_lsn.unwrap_or(u64::MAX);
+    let Some(restart) = consume_until_restart_between(&mut s, &slot, &ktab, ddl_end, commit_lsn)
+    else {
+        s.finish("");
+        return;
+    };
+    let how = server_knows_the_change(&mut s, restart, changer, x0);
+    let dml = check_restart_decodes_the_new_column(&mut s, &slot, &tab, &col, restart, x0);
+    let kx = k.xid;
+    k.commit();
+    let st = s.compare(&slot, "k committed");
+    s.check(has(&st.emitted, "commit", kx), || {
+        format!("test_decoding did not emit k={kx}: {:?}", st.lines)
+    });
+    s.finish(&format!(
+        "s0={x0} catalog change by {changer} dml={dml} k={kx} first RUNNING_XACTS ends {:?} restart_lsn {} ({how})",
+        rx1.map(fmt_lsn),
+        fmt_lsn(restart)
+    ));
+}
 
-    // consume until the slot restarts between the DDL and s0's commit
-    let mut restart = None;
+/// s0 changes the catalog (at top level, or only inside a released subtransaction after
+/// a top-level insert) and stays open; returns s0 and the xid that changed the catalog
+/// (the new pg_attribute row's xmin).
+fn catalog_change_in_s0(
+    s: &mut Scenario,
+    tab: &str,
+    col: &str,
+    in_subxact: bool,
+) -> (OpenXact, u64) {
+    let mut s0 = OpenXact::begin(&s.env, "pgsnap-sc-s0");
+    if in_subxact {
+        s0.exec(&format!(
+            "INSERT INTO {tab} VALUES (0); SAVEPOINT sp1; ALTER TABLE {tab} ADD COLUMN {col} int"
+        ));
+    } else {
+        s0.exec(&format!("ALTER TABLE {tab} ADD COLUMN {col} int"));
+    }
+    let changer: u64 = s0
+        .text(&format!(
+            "SELECT xmin FROM pg_attribute WHERE attrelid = '{tab}'::regclass AND attname = '{col}'"
+        ))
+        .parse()
+        .unwrap();
+    if in_subxact {
+        s0.exec("RELEASE SAVEPOINT sp1");
+        s.check(changer != s0.xid, || {
+            format!(
+                "the catalog change should be the subtransaction's, not s0={}'s",
+                s0.xid
+            )
+        });
+    }
+    (s0, changer)
+}
+
+/// Consumes the slot until it restarts between the DDL and s0's commit, at a serialized
+/// RUNNING_XACTS; that restart_lsn (`None`, with a failure, when it never does).
+fn consume_until_restart_between(
+    s: &mut Scenario,
+    slot: &str,
+    ktab: &str,
+    ddl_end: u64,
+    commit_lsn: u64,
+) -> Option<u64> {
     for _ in 0..8 {
-        s.running_xacts(&ktab);
-        s.get_changes(&slot);
-        let ss = server_slot(&mut s.c, &slot);
+        s.running_xacts(ktab);
+        s.get_changes(slot);
+        let ss = server_slot(&mut s.c, slot);
         let files = server_snap_files(&mut s.c);
         if ss.restart_lsn > ddl_end
             && ss.restart_lsn < commit_lsn
             && files.contains_key(&snap_name(ss.restart_lsn))
         {
-            restart = Some(ss.restart_lsn);
-            break;
+            return Some(ss.restart_lsn);
         }
     }
-    let Some(restart) = restart else {
-        let ss = server_slot(&mut s.c, &slot);
-        s.check(false, || {
-            format!(
-                "the slot's restart_lsn never settled on a serialized RUNNING_XACTS between the DDL (before {}) and s0's commit ({}): restart_lsn {}",
-                fmt_lsn(ddl_end),
-                fmt_lsn(commit_lsn),
-                fmt_lsn(ss.restart_lsn)
-            )
-        });
-        s.finish("");
-        return;
-    };
+    let ss = server_slot(&mut s.c, slot);
+    s.check(false, || {
+        format!(
+            "the slot's restart_lsn never settled on a serialized RUNNING_XACTS between the DDL (before {}) and s0's commit ({}): restart_lsn {}",
+            fmt_lsn(ddl_end),
+            fmt_lsn(commit_lsn),
+            fmt_lsn(ss.restart_lsn)
+        )
+    });
+    None
+}
 
-    // How the server's restarted decoder can know about the catalog change: from 16 the
-    // .snap file at restart_lsn carries it in its catchange array; 14/15 remember the
-    // transactions the RUNNING_XACTS there lists (InitialRunningXacts).
+/// How the server's restarted decoder can know about the catalog change: from 16 the
+/// .snap file at restart_lsn carries it in its catchange array; 14/15 remember the
+/// transactions the RUNNING_XACTS there lists (InitialRunningXacts). Says which.
+fn server_knows_the_change(s: &mut Scenario, restart: u64, changer: u64, x0: u64) -> String {
     let name = snap_name(restart);
-    let how = if s.env.major >= 16 {
+    if s.env.major >= 16 {
         let sql = if s.env.has_logicalinspect() {
             "SELECT catchange_xip FROM pg_get_logical_snapshot_info($1)"
         } else {
@@ -750,11 +791,59 @@ fn across_serialization(tag: &'static str, in_subxact: bool) {
             )
         });
         format!("RUNNING_XACTS at restart_lsn runs {xacts:?}")
-    };
+    }
+}
 
-    // DML using the new column; a restarted decoder must see s0's commit as a catalog change
+/// DML using the new column; decoding restarts at `restart` (branch b on both sides),
+/// s0's commit is time travel in the replay and the server decodes the DML with the new
+/// column. The DML's xid.
+fn check_restart_decodes_the_new_column(
+    s: &mut Scenario,
+    slot: &str,
+    tab: &str,
+    col: &str,
+    restart: u64,
+    x0: u64,
+) -> u64 {
     let dml = s.commit_one(&format!("INSERT INTO {tab} ({col}) VALUES (42)"));
-    let st = s.compare(&slot, "restarted from the serialized snapshot");
+    let st = s.compare(slot, "restarted from the serialized snapshot");
+    check_restart_is_b(s, &st, restart);
+    let crow = st
+        .rows
+        .iter()
+        .find(|r| r.is("COMMIT") && r.xid == Some(x0))
+        .cloned();
+    s.n.timetravel += 1;
+    s.check(crow.as_ref().and_then(|r| r.flag("timetravel")) == Some(true), || {
+        format!(
+            "after the restart at {} s0={x0}'s commit must be time travel (its catalog change lies before the restart point), trace row: {:?}\n{}",
+            fmt_lsn(restart),
+            crow.as_ref().map(|r| r.show()),
+            dump(&st.rows)
+        )
+    });
+    let want = format!("{col}[integer]:42");
+    s.check(has(&st.emitted, "commit", dml), || {
+        format!("test_decoding did not emit the DML {dml}: {:?}", st.lines)
+    });
+    s.check(
+        st.lines
+            .iter()
+            .any(|l| l.starts_with(&format!("table public.{tab}: INSERT:")) && l.contains(&want)),
+        || {
+            format!(
+                "the server's restarted decoder did not decode {tab} with the new column ({want}): {:?}",
+                st.lines
+            )
+        },
+    );
+    dml
+}
+
+/// The replay restarted at `restart` restores its .snap (branch b), and so did the
+/// server (its first builder line), with the same LOG line.
+fn check_restart_is_b(s: &mut Scenario, st: &Step, restart: u64) {
+    let tag = s.tag;
     let first_rx = st.rows.iter().find(|r| r.is("RUNNING_XACTS")).cloned();
     s.check(
         first_rx
@@ -786,46 +875,6 @@ fn across_serialization(tag: &'static str, in_subxact: bool) {
             || compare_log_with_trace(&msgs, &rows, upto),
         );
     }
-    let crow = st
-        .rows
-        .iter()
-        .find(|r| r.is("COMMIT") && r.xid == Some(x0))
-        .cloned();
-    s.n.timetravel += 1;
-    s.check(crow.as_ref().and_then(timetravel) == Some(true), || {
-        format!(
-            "after the restart at {} s0={x0}'s commit must be time travel (its catalog change lies before the restart point), trace row: {:?}\n{}",
-            fmt_lsn(restart),
-            crow.as_ref().map(|r| r.show()),
-            dump(&st.rows)
-        )
-    });
-    let want = format!("{col}[integer]:42");
-    s.check(has(&st.emitted, "commit", dml), || {
-        format!("test_decoding did not emit the DML {dml}: {:?}", st.lines)
-    });
-    s.check(
-        st.lines
-            .iter()
-            .any(|l| l.starts_with(&format!("table public.{tab}: INSERT:")) && l.contains(&want)),
-        || {
-            format!(
-                "the server's restarted decoder did not decode {tab} with the new column ({want}): {:?}",
-                st.lines
-            )
-        },
-    );
-    let kx = k.xid;
-    k.commit();
-    let st = s.compare(&slot, "k committed");
-    s.check(has(&st.emitted, "commit", kx), || {
-        format!("test_decoding did not emit k={kx}: {:?}", st.lines)
-    });
-    s.finish(&format!(
-        "s0={x0} catalog change by {changer} dml={dml} k={kx} first RUNNING_XACTS ends {:?} restart_lsn {} ({how})",
-        rx1.map(fmt_lsn),
-        fmt_lsn(restart)
-    ));
 }
 
 #[test]
@@ -932,8 +981,40 @@ fn e_standby_snapshots_between_steps() {
         &[t1, t2],
         &format!("CREATE TABLE {t1} (id int); CREATE TABLE {t2} (id int)"),
     );
-    s.wait_quiet();
     let mut rx = Vec::new();
+    let (a, b, mut xc) = e_creation_between_snapshots(&mut s, slot, (t1, t2), &mut rx);
+    let cx = xc.xid;
+
+    xc.exec(&format!("INSERT INTO {t2} (id, b2) VALUES (2, 22)"));
+    rx.push(s.running_xacts(t1));
+    s.compare(slot, "c open after the creation");
+    xc.commit();
+    rx.push(s.running_xacts(t1));
+    let st = s.compare(slot, "c committed");
+    s.check(has(&st.emitted, "commit", cx), || {
+        format!("test_decoding did not emit c={cx}: {:?}", st.lines)
+    });
+    let (c_line, after_line, b_row) = e_check_b_column_after_creation(&mut s, slot, t2, b, &st);
+    s.get_changes(slot);
+    let d = e_check_d_rebuilds_the_snapshot(&mut s, slot, (t1, t2), &mut rx);
+    s.finish(&format!(
+        "a={a} b={b} c={cx} d={d} server decoded c's insert as {c_line:?}, one begun after consistency as {after_line:?}; replay's b commit row (verdict, timetravel) {b_row:?}; RUNNING_XACTS logged {} (LSNs {:?})",
+        rx.len(),
+        rx.iter().flatten().map(|l| fmt_lsn(*l)).collect::<Vec<_>>()
+    ));
+}
+
+/// The creation with a RUNNING_XACTS between every step: a (open before it) makes it wait
+/// (c-1), b adds a column while the builder is BUILDING, a commits, the creation waits
+/// for b (c-2), c begins, b commits in FULL; the creation is checked. Returns a's and
+/// b's xids and c, still open.
+fn e_creation_between_snapshots(
+    s: &mut Scenario,
+    slot: &str,
+    (t1, t2): (&str, &str),
+    rx: &mut Vec<Option<u64>>,
+) -> (u64, u64, OpenXact) {
+    s.wait_quiet();
     let mut xa = OpenXact::begin(&s.env, "pgsnap-sc-ea");
     xa.exec(&format!("INSERT INTO {t1} VALUES (1)"));
     let a = xa.xid;
@@ -956,30 +1037,34 @@ fn e_standby_snapshots_between_steps() {
     rx.push(s.running_xacts(t1));
     let mut xc = OpenXact::begin(&s.env, "pgsnap-sc-ec");
     xc.exec(&format!("INSERT INTO {t1} VALUES (3)"));
-    let cx = xc.xid;
     rx.push(s.running_xacts(t1));
     xb.exec(&format!("INSERT INTO {t2} (id, b2) VALUES (1, 21)"));
     xb.commit();
     let ret = cr.wait(CREATE_TIMEOUT);
     s.check_creation(slot, pid, ret, off);
     rx.push(s.running_xacts(t1));
+    (a, b, xc)
+}
 
-    xc.exec(&format!("INSERT INTO {t2} (id, b2) VALUES (2, 22)"));
-    rx.push(s.running_xacts(t1));
-    s.compare(slot, "c open after the creation");
-    xc.commit();
-    rx.push(s.running_xacts(t1));
-    let st = s.compare(slot, "c committed");
-    s.check(has(&st.emitted, "commit", cx), || {
-        format!("test_decoding did not emit c={cx}: {:?}", st.lines)
-    });
-    // b's DDL ran while the builder was BUILDING (decode.c passes nothing of a
-    // transaction to the builder before FULL), so to the decoder b's commit in FULL is
-    // no catalog change: the catalog snapshot built in FULL, before b committed, stays in
-    // use and c's insert into t2 (after b's commit) is decoded without b2, as is a
-    // transaction begun after the consistent point, until the next catalog-changing
-    // commit rebuilds the snapshot. What the server printed is recorded; where it shows
-    // b's column missing, the replay must not have made b's commit time travel.
+/// The commit row of xid `x` in a trace as (verdict, timetravel, disagreement).
+type CommitRow = Option<(Option<String>, Option<bool>, Option<String>)>;
+
+/// b's DDL ran while the builder was BUILDING (decode.c passes nothing of a transaction
+/// to the builder before FULL), so to the decoder b's commit in FULL is no catalog
+/// change: the catalog snapshot built in FULL, before b committed, stays in use and c's
+/// insert into t2 (after b's commit) is decoded without b2, as is a transaction begun
+/// after the consistent point, until the next catalog-changing commit rebuilds the
+/// snapshot. What the server printed is recorded; where it shows b's column missing, the
+/// replay must not have made b's commit time travel, and flags it (a known PostgreSQL
+/// behaviour, not hidden). Returns the server's lines for c's and the later insert and
+/// the replay's row for b's commit.
+fn e_check_b_column_after_creation(
+    s: &mut Scenario,
+    slot: &str,
+    t2: &str,
+    b: u64,
+    st: &Step,
+) -> (Option<String>, Option<String>, CommitRow) {
     let c_line = st
         .lines
         .iter()
@@ -989,7 +1074,7 @@ fn e_standby_snapshots_between_steps() {
         .rows
         .iter()
         .find(|r| r.is("COMMIT") && r.xid == Some(b))
-        .map(|r| (verdict(r), timetravel(r), r.disagreement.clone()));
+        .map(|r| (r.verdict(), r.flag("timetravel"), r.disagreement.clone()));
     let after = s.commit_one(&format!("INSERT INTO {t2} (id, b2) VALUES (7, 27)"));
     let st = s.compare(slot, "insert with b2 after the creation");
     s.check(has(&st.emitted, "commit", after), || {
@@ -1012,8 +1097,7 @@ fn e_standby_snapshots_between_steps() {
             )
         },
     );
-    // The trace flags b's commit (a known PostgreSQL behaviour, not hidden) exactly when
-    // the server decodes without b's column.
+    // The trace flags b's commit exactly when the server decodes without b's column.
     let flagged = b_row
         .as_ref()
         .and_then(|(_, _, n)| n.as_deref())
@@ -1023,8 +1107,18 @@ fn e_standby_snapshots_between_steps() {
             "b={b}'s commit row flagged {flagged}, the server decodes b's column: {server_sees_b2} ({b_row:?})"
         )
     });
-    s.get_changes(slot);
+    (c_line, after_line, b_row)
+}
 
+/// d adds a column (RUNNING_XACTS around it) and commits: its insert is decoded with d2;
+/// its catalog change rebuilt the snapshot (its xmin is past b now), so b2 is visible.
+/// d's xid.
+fn e_check_d_rebuilds_the_snapshot(
+    s: &mut Scenario,
+    slot: &str,
+    (t1, t2): (&str, &str),
+    rx: &mut Vec<Option<u64>>,
+) -> u64 {
     let mut xd = OpenXact::begin(&s.env, "pgsnap-sc-ed");
     xd.exec(&format!("ALTER TABLE {t1} ADD COLUMN d2 int"));
     rx.push(s.running_xacts(t2));
@@ -1042,7 +1136,6 @@ fn e_standby_snapshots_between_steps() {
         st.lines.iter().any(|l| l.contains("d2[integer]:44")),
         || format!("d's insert not decoded with d2: {:?}", st.lines),
     );
-    // d's catalog change rebuilt the snapshot (its xmin is past b now): b2 is visible
     let late = s.commit_one(&format!("INSERT INTO {t2} (id, b2) VALUES (8, 28)"));
     let st = s.compare(slot, "insert with b2 after d");
     s.check(
@@ -1054,11 +1147,7 @@ fn e_standby_snapshots_between_steps() {
             )
         },
     );
-    s.finish(&format!(
-        "a={a} b={b} c={cx} d={d} server decoded c's insert as {c_line:?}, one begun after consistency as {after_line:?}; replay's b commit row (verdict, timetravel) {b_row:?}; RUNNING_XACTS logged {} (LSNs {:?})",
-        rx.len(),
-        rx.iter().flatten().map(|l| fmt_lsn(*l)).collect::<Vec<_>>()
-    ));
+    d
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1071,6 +1160,15 @@ fn prepare(env: &Env, app: &str, sql: &str, gid: &str) -> u64 {
     let xid = x.xid;
     x.prepare(gid);
     xid
+}
+
+/// The prepared transactions of f1: p0 (committed) and p0r (rolled back) prepared before
+/// the creation, p1 and p2 between FULL and CONSISTENT.
+struct F1Xids {
+    p0: u64,
+    p0r: u64,
+    p1: u64,
+    p2: u64,
 }
 
 fn twophase_creation(tag: &'static str, two_phase: bool) {
@@ -1093,38 +1191,8 @@ fn twophase_creation(tag: &'static str, two_phase: bool) {
     let _prep = s.prepared(&gids.iter().map(String::as_str).collect::<Vec<_>>());
     let ins = |v: i32| format!("INSERT INTO {tab} VALUES ({v})");
 
-    s.wait_quiet();
-    // prepared before the creation starts: the creation waits for them too
-    let mut x2 = OpenXact::begin(&s.env, "pgsnap-sc-f-x2");
-    let p0 = prepare(&s.env, "pgsnap-sc-f-p0", &ins(1), &gids[0]);
-    let p0r = prepare(&s.env, "pgsnap-sc-f-p0r", &ins(2), &gids[1]);
-    let off = log_offset(&s.env);
-    let cr = Creation::start_with(&s.env, &slot, "test_decoding", two_phase);
-    let pid = cr.pid;
-    wait_for("the creation to wait (c-1)", WAIT, || {
-        [x2.xid, p0, p0r]
-            .iter()
-            .any(|x| waits_for_xid(&mut s.c, pid, *x))
-    });
-    let mut x3 = OpenXact::begin(&s.env, "pgsnap-sc-f-x3");
-    x3.exec("SELECT 1");
-    let x3id = x3.xid;
-    x2.exec(&ins(3));
-    x2.commit();
-    s.c.batch_execute(&format!("COMMIT PREPARED '{}'", gids[0]))
-        .unwrap();
-    s.c.batch_execute(&format!("ROLLBACK PREPARED '{}'", gids[1]))
-        .unwrap();
-    wait_for("the creation to wait for x3 (c-2)", WAIT, || {
-        waits_for_xid(&mut s.c, pid, x3id)
-    });
-    // prepared between FULL and CONSISTENT
-    let p1 = prepare(&s.env, "pgsnap-sc-f-p1", &ins(4), &gids[2]);
-    let p2 = prepare(&s.env, "pgsnap-sc-f-p2", &ins(5), &gids[3]);
-    x3.commit();
-    let ret = cr.wait(CREATE_TIMEOUT);
-    s.check_creation(&slot, pid, ret, off);
-
+    let F1Xids { p0, p0r, p1, p2 } =
+        creation_around_prepared(&mut s, &slot, &gids, &ins, two_phase);
     let after = s.commit_one(&ins(6));
     let st = s.compare(&slot, "created, p1 and p2 prepared");
     s.check(has(&st.emitted, "commit", after), || {
@@ -1171,6 +1239,49 @@ fn twophase_creation(tag: &'static str, two_phase: bool) {
     ));
 }
 
+/// The creation of `slot` around prepared transactions: p0 and p0r prepared before it
+/// starts (it waits for them too) and ended while it waits; p1 and p2 prepared between
+/// FULL and CONSISTENT. The creation is checked.
+fn creation_around_prepared(
+    s: &mut Scenario,
+    slot: &str,
+    gids: &[String],
+    ins: &dyn Fn(i32) -> String,
+    two_phase: bool,
+) -> F1Xids {
+    s.wait_quiet();
+    let mut x2 = OpenXact::begin(&s.env, "pgsnap-sc-f-x2");
+    let p0 = prepare(&s.env, "pgsnap-sc-f-p0", &ins(1), &gids[0]);
+    let p0r = prepare(&s.env, "pgsnap-sc-f-p0r", &ins(2), &gids[1]);
+    let off = log_offset(&s.env);
+    let cr = Creation::start_with(&s.env, slot, "test_decoding", two_phase);
+    let pid = cr.pid;
+    wait_for("the creation to wait (c-1)", WAIT, || {
+        [x2.xid, p0, p0r]
+            .iter()
+            .any(|x| waits_for_xid(&mut s.c, pid, *x))
+    });
+    let mut x3 = OpenXact::begin(&s.env, "pgsnap-sc-f-x3");
+    x3.exec("SELECT 1");
+    let x3id = x3.xid;
+    x2.exec(&ins(3));
+    x2.commit();
+    s.c.batch_execute(&format!("COMMIT PREPARED '{}'", gids[0]))
+        .unwrap();
+    s.c.batch_execute(&format!("ROLLBACK PREPARED '{}'", gids[1]))
+        .unwrap();
+    wait_for("the creation to wait for x3 (c-2)", WAIT, || {
+        waits_for_xid(&mut s.c, pid, x3id)
+    });
+    // prepared between FULL and CONSISTENT
+    let p1 = prepare(&s.env, "pgsnap-sc-f-p1", &ins(4), &gids[2]);
+    let p2 = prepare(&s.env, "pgsnap-sc-f-p2", &ins(5), &gids[3]);
+    x3.commit();
+    let ret = cr.wait(CREATE_TIMEOUT);
+    s.check_creation(slot, pid, ret, off);
+    F1Xids { p0, p0r, p1, p2 }
+}
+
 #[test]
 fn f1_prepared_around_creation_plain_slot() {
     twophase_creation("f1_prepared_around_creation_plain_slot", false);
@@ -1181,6 +1292,24 @@ fn f1_prepared_around_creation_two_phase_slot() {
     twophase_creation("f1_prepared_around_creation_two_phase_slot", true);
 }
 
+/// The gids of f2 (all under `pgsnap_sc_f2_`).
+struct F2Gids {
+    rs: String,
+    dec: String,
+    rb: String,
+    nd: String,
+    lock: String,
+}
+
+/// The xids of f2's prepared transactions.
+struct F2Xids {
+    rs: u64,
+    dec: u64,
+    rb: u64,
+    nd: u64,
+    lock: u64,
+}
+
 #[test]
 fn f2_prepared_after_creation() {
     let Some(mut s) = Scenario::start("f2_prepared_after_creation") else {
@@ -1189,8 +1318,13 @@ fn f2_prepared_after_creation() {
     let (plain, tpc) = ("pgsnap_sc_f2_plain", "pgsnap_sc_f2_2pc");
     let (tab, lck, rbt) = ("pgsnap_sc_f2_tab", "pgsnap_sc_f2_lock", "pgsnap_sc_f2_rbt");
     let g = |n: &str| format!("pgsnap_sc_f2_{n}");
-    let (g_rs, g_dec, g_rb, g_nd, g_lock) =
-        (g("restart"), g("dec"), g("rb"), g("x_nodecode"), g("lock"));
+    let gids = F2Gids {
+        rs: g("restart"),
+        dec: g("dec"),
+        rb: g("rb"),
+        nd: g("x_nodecode"),
+        lock: g("lock"),
+    };
     let _s1 = SlotGuard::new(&s.env, plain);
     let _s2 = SlotGuard::new(&s.env, tpc);
     let _t = s.tables(
@@ -1200,64 +1334,18 @@ fn f2_prepared_after_creation() {
              CREATE TABLE {lck} (id int primary key); INSERT INTO {lck} VALUES (1), (2)"
         ),
     );
-    let _prep = s.prepared(&[&g_rs, &g_dec, &g_rb, &g_nd, &g_lock]);
+    let _prep = s.prepared(&[&gids.rs, &gids.dec, &gids.rb, &gids.nd, &gids.lock]);
     s.create_checked(plain, false);
     s.create_checked(tpc, true);
     let slots = [plain, tpc];
 
-    // decoded at PREPARE (two_phase slot) and consumed; COMMIT PREPARED comes after a restart
-    let rs = prepare(
-        &s.env,
-        "pgsnap-sc-f2-rs",
-        &format!("INSERT INTO {tab} VALUES (1)"),
-        &g_rs,
-    );
-    for sl in slots {
-        s.compare(sl, "restart: prepared");
-        let out = s.get_changes(sl);
-        if sl == tpc {
-            s.check(
-                out.iter()
-                    .any(|l| l.starts_with(&format!("PREPARE TRANSACTION '{g_rs}'"))),
-                || format!("the two_phase slot did not decode {g_rs} at PREPARE: {out:?}"),
-            );
-        }
-    }
-    s.running_xacts(tab);
-
-    let dec = prepare(
-        &s.env,
-        "pgsnap-sc-f2-dec",
-        &format!("INSERT INTO {tab} VALUES (2)"),
-        &g_dec,
-    );
-    let rb = prepare(
-        &s.env,
-        "pgsnap-sc-f2-rb",
-        &format!("INSERT INTO {rbt} VALUES (3); ALTER TABLE {rbt} ADD COLUMN rb_gone int"),
-        &g_rb,
-    );
-    let nd = prepare(
-        &s.env,
-        "pgsnap-sc-f2-nd",
-        &format!("INSERT INTO {tab} VALUES (4)"),
-        &g_nd,
-    );
-    let lock = prepare(
-        &s.env,
-        "pgsnap-sc-f2-lock",
-        &format!("SELECT id FROM {lck} WHERE id = 1 FOR UPDATE"),
-        &g_lock,
-    );
-    for sl in slots {
-        s.compare(sl, "all prepared");
-    }
+    let x = f2_prepare_all(&mut s, slots, (tab, lck, rbt), &gids);
     for (gid, commit) in [
-        (&g_rs, true),
-        (&g_dec, true),
-        (&g_rb, false),
-        (&g_nd, true),
-        (&g_lock, true),
+        (&gids.rs, true),
+        (&gids.dec, true),
+        (&gids.rb, false),
+        (&gids.nd, true),
+        (&gids.lock, true),
     ] {
         let verb = if commit { "COMMIT" } else { "ROLLBACK" };
         s.c.batch_execute(&format!("{verb} PREPARED '{gid}'"))
@@ -1272,42 +1360,124 @@ fn f2_prepared_after_creation() {
         });
         // what the server did, for the record
         summary.push(format!("{sl}: {:?}", st.emitted));
-        if sl == tpc {
+        f2_check_all_ended(&mut s, &st, sl == tpc, &x, &gids);
+    }
+    s.finish(&format!(
+        "restart={} dec={} rb={} nodecode={} lock={} emitted at the end: {}",
+        x.rs,
+        x.dec,
+        x.rb,
+        x.nd,
+        x.lock,
+        summary.join("; ")
+    ));
+}
+
+/// rs is prepared, decoded at PREPARE by the two_phase slot and consumed on both slots;
+/// then dec, rb (with ALTER TABLE), nd (filtered by test_decoding at PREPARE) and lock
+/// (only SELECT … FOR UPDATE) are prepared.
+fn f2_prepare_all(
+    s: &mut Scenario,
+    slots: [&str; 2],
+    (tab, lck, rbt): (&str, &str, &str),
+    gids: &F2Gids,
+) -> F2Xids {
+    let rs = prepare(
+        &s.env,
+        "pgsnap-sc-f2-rs",
+        &format!("INSERT INTO {tab} VALUES (1)"),
+        &gids.rs,
+    );
+    for sl in slots {
+        s.compare(sl, "restart: prepared");
+        let out = s.get_changes(sl);
+        if sl == slots[1] {
             s.check(
-                !has(&st.emitted, "prepare", rs) && has(&st.emitted, "commit_prepared", rs),
+                out.iter()
+                    .any(|l| l.starts_with(&format!("PREPARE TRANSACTION '{}'", gids.rs))),
                 || {
                     format!(
-                        "{g_rs}'s PREPARE was consumed: after the restart only its COMMIT PREPARED is sent: {:?}",
-                        st.lines
-                    )
-                },
-            );
-            s.check(
-                has(&st.emitted, "commit", nd) && !has(&st.emitted, "prepare", nd),
-                || {
-                    format!(
-                        "{g_nd} is filtered at PREPARE and decoded as a plain commit: {:?}",
-                        st.lines
-                    )
-                },
-            );
-        } else {
-            s.check(
-                [rs, dec, nd].iter().all(|x| has(&st.emitted, "commit", *x))
-                    && !st.emitted.iter().any(|(k, _)| k != "commit"),
-                || {
-                    format!(
-                        "without two_phase every prepared transaction is a plain commit: {:?}",
-                        st.lines
+                        "the two_phase slot did not decode {} at PREPARE: {out:?}",
+                        gids.rs
                     )
                 },
             );
         }
     }
-    s.finish(&format!(
-        "restart={rs} dec={dec} rb={rb} nodecode={nd} lock={lock} emitted at the end: {}",
-        summary.join("; ")
-    ));
+    s.running_xacts(tab);
+
+    let dec = prepare(
+        &s.env,
+        "pgsnap-sc-f2-dec",
+        &format!("INSERT INTO {tab} VALUES (2)"),
+        &gids.dec,
+    );
+    let rb = prepare(
+        &s.env,
+        "pgsnap-sc-f2-rb",
+        &format!("INSERT INTO {rbt} VALUES (3); ALTER TABLE {rbt} ADD COLUMN rb_gone int"),
+        &gids.rb,
+    );
+    let nd = prepare(
+        &s.env,
+        "pgsnap-sc-f2-nd",
+        &format!("INSERT INTO {tab} VALUES (4)"),
+        &gids.nd,
+    );
+    let lock = prepare(
+        &s.env,
+        "pgsnap-sc-f2-lock",
+        &format!("SELECT id FROM {lck} WHERE id = 1 FOR UPDATE"),
+        &gids.lock,
+    );
+    for sl in slots {
+        s.compare(sl, "all prepared");
+    }
+    F2Xids {
+        rs,
+        dec,
+        rb,
+        nd,
+        lock,
+    }
+}
+
+/// After every prepared transaction ended: the two_phase slot sends only rs's COMMIT
+/// PREPARED (its PREPARE was consumed) and nd as a plain commit; the plain slot sends
+/// every committed one as a plain commit and nothing else.
+fn f2_check_all_ended(s: &mut Scenario, st: &Step, two_phase: bool, x: &F2Xids, gids: &F2Gids) {
+    let (rs, dec, nd) = (x.rs, x.dec, x.nd);
+    if two_phase {
+        s.check(
+            !has(&st.emitted, "prepare", rs) && has(&st.emitted, "commit_prepared", rs),
+            || {
+                format!(
+                    "{}'s PREPARE was consumed: after the restart only its COMMIT PREPARED is sent: {:?}",
+                    gids.rs, st.lines
+                )
+            },
+        );
+        s.check(
+            has(&st.emitted, "commit", nd) && !has(&st.emitted, "prepare", nd),
+            || {
+                format!(
+                    "{} is filtered at PREPARE and decoded as a plain commit: {:?}",
+                    gids.nd, st.lines
+                )
+            },
+        );
+    } else {
+        s.check(
+            [rs, dec, nd].iter().all(|x| has(&st.emitted, "commit", *x))
+                && !st.emitted.iter().any(|(k, _)| k != "commit"),
+            || {
+                format!(
+                    "without two_phase every prepared transaction is a plain commit: {:?}",
+                    st.lines
+                )
+            },
+        );
+    }
 }
 
 /// g. A PostgreSQL crash: a ROLLBACK PREPARED decoded while a two-phase slot is being
@@ -1326,9 +1496,9 @@ fn g_rollback_prepared_during_two_phase_creation() {
         println!("SKIPPED: g crashes the server; run with PGSNAP_CRASH_TESTS=1");
         return;
     }
-    let _g = serial();
-    let Some(env) = env() else { return };
-    let mut c = env.setup();
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
     let t = "pgsnap_sc_g";
     let (slot, gid) = ("pgsnap_sc_g_slot", "pgsnap_sc_g_p");
     let _guard = SlotGuard::new(&env, slot);
@@ -1338,49 +1508,8 @@ fn g_rollback_prepared_during_two_phase_creation() {
     ))
     .unwrap();
     let mut fails = Failures::default();
-    // a: running before the creation, so the builder goes BUILDING first.
-    let a = OpenXact::begin(&env, "pgsnap-sc-ga");
-    let off = log_offset(&env);
-    let cr = Creation::start_with(&env, slot, "test_decoding", true);
-    let pid = cr.pid;
-    wait_for(
-        "the creation to wait for a",
-        Duration::from_secs(30),
-        || waits_for_xid(&mut c, pid, a.xid),
-    );
-    let catalog_xmin: String = c
-        .query_one(
-            "SELECT catalog_xmin::text FROM pg_replication_slots WHERE slot_name = $1",
-            &[&slot],
-        )
-        .unwrap()
-        .get(0);
-    // b begins after the creation's first RUNNING_XACTS; a ends: FULL at the next record.
-    let b = OpenXact::begin(&env, "pgsnap-sc-gb");
-    a.commit();
-    env.log_standby_snapshot(&mut c);
-    wait_for(
-        "the creation to wait for b",
-        Duration::from_secs(30),
-        || waits_for_xid(&mut c, pid, b.xid),
-    );
-    let mut p = OpenXact::begin(&env, "pgsnap-sc-gp");
-    let px = p.xid;
-    p.exec(&format!("INSERT INTO {t} VALUES (1)"));
-    p.prepare(gid);
-    c.batch_execute(&format!("ROLLBACK PREPARED '{gid}'"))
-        .unwrap();
-    // The creation is still waiting for b; once b ends it reads on and decodes p's
-    // ROLLBACK PREPARED before the record that would make it consistent.
-    drop(b);
-    let created = cr.result(Duration::from_secs(60));
-    fails.check(created.is_err(), || {
-        format!("the creation returned {created:?}: the server did not crash")
-    });
-    // The postmaster restarts every session; wait for it to accept connections again.
-    wait_for("the server to come back", Duration::from_secs(60), || {
-        std::panic::catch_unwind(|| env.connect("pgsnap-sc-g-back")).is_ok()
-    });
+    let (off, pid, px, catalog_xmin) =
+        g_rollback_prepared_while_creating(&env, &mut c, (slot, gid, t), &mut fails);
     let entries = log_entries_since(&env, off);
     let crashed = entries.iter().any(|e| {
         e.message.contains(&format!(
@@ -1406,9 +1535,84 @@ fn g_rollback_prepared_during_two_phase_creation() {
         fails.finish("g_rollback_prepared_during_two_phase_creation");
         return;
     };
+    let (flagged, replayed) = g_check_replay_flags_it(&mut c, start, &catalog_xmin, px, &mut fails);
+    println!(
+        "pgsnap-counts: g PG{} crashed {crashed} (pid {pid}) flagged rows {flagged} replayed rows {replayed}",
+        env.major
+    );
+    fails.finish("g_rollback_prepared_during_two_phase_creation");
+}
+
+/// a runs before the two-phase creation (BUILDING), b begins after its first
+/// RUNNING_XACTS, a ends (FULL at the next record, waiting for b); p inserts, prepares and
+/// is rolled back prepared; b ends: the creation must fail (the server crashes) and the
+/// server come back. Returns where the server log stood before the creation, the
+/// creating backend's pid, p's xid and the slot's catalog_xmin during the creation.
+fn g_rollback_prepared_while_creating(
+    env: &Env,
+    c: &mut Client,
+    (slot, gid, t): (&str, &str, &str),
+    fails: &mut Failures,
+) -> (u64, i32, u64, String) {
+    // a: running before the creation, so the builder goes BUILDING first.
+    let a = OpenXact::begin(env, "pgsnap-sc-ga");
+    let off = log_offset(env);
+    let cr = Creation::start_with(env, slot, "test_decoding", true);
+    let pid = cr.pid;
+    wait_for(
+        "the creation to wait for a",
+        Duration::from_secs(30),
+        || waits_for_xid(c, pid, a.xid),
+    );
+    let catalog_xmin: String = c
+        .query_one(
+            "SELECT catalog_xmin::text FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .unwrap()
+        .get(0);
+    // b begins after the creation's first RUNNING_XACTS; a ends: FULL at the next record.
+    let b = OpenXact::begin(env, "pgsnap-sc-gb");
+    a.commit();
+    env.log_standby_snapshot(c);
+    wait_for(
+        "the creation to wait for b",
+        Duration::from_secs(30),
+        || waits_for_xid(c, pid, b.xid),
+    );
+    let mut p = OpenXact::begin(env, "pgsnap-sc-gp");
+    let px = p.xid;
+    p.exec(&format!("INSERT INTO {t} VALUES (1)"));
+    p.prepare(gid);
+    c.batch_execute(&format!("ROLLBACK PREPARED '{gid}'"))
+        .unwrap();
+    // The creation is still waiting for b; once b ends it reads on and decodes p's
+    // ROLLBACK PREPARED before the record that would make it consistent.
+    drop(b);
+    let created = cr.result(Duration::from_secs(60));
+    fails.check(created.is_err(), || {
+        format!("the creation returned {created:?}: the server did not crash")
+    });
+    // The postmaster restarts every session; wait for it to accept connections again.
+    wait_for("the server to come back", Duration::from_secs(60), || {
+        std::panic::catch_unwind(|| env.connect("pgsnap-sc-g-back")).is_ok()
+    });
+    (off, pid, px, catalog_xmin)
+}
+
+/// The replay from the creation's starting point with `two_phase` flags exactly p's
+/// ROLLBACK PREPARED (output plugin called during slot creation, verdict `rollback
+/// prepared`); without `two_phase` nothing. Returns the flagged and replayed row counts.
+fn g_check_replay_flags_it(
+    c: &mut Client,
+    start: u64,
+    catalog_xmin: &str,
+    px: u64,
+    fails: &mut Failures,
+) -> (usize, usize) {
     let rows = trace_rows(
         json_rows(
-            &mut c,
+            c,
             "SELECT * FROM snapbuild_trace_range($1::text::pg_lsn, NULL, $2::text::xid, \
              in_slot_creation => true, two_phase => true, all_records => true)",
             &[&fmt_lsn(start), &catalog_xmin],
@@ -1439,7 +1643,7 @@ fn g_rollback_prepared_during_two_phase_creation() {
     // The same WAL decoded as a slot without two_phase calls no callback there.
     let plain = trace_rows(
         json_rows(
-            &mut c,
+            c,
             "SELECT * FROM snapbuild_trace_range($1::text::pg_lsn, NULL, $2::text::xid, in_slot_creation => true)",
             &[&fmt_lsn(start), &catalog_xmin],
         )
@@ -1451,11 +1655,5 @@ fn g_rollback_prepared_during_two_phase_creation() {
             dump(&plain)
         )
     });
-    println!(
-        "pgsnap-counts: g PG{} crashed {crashed} (pid {pid}) flagged rows {} replayed rows {}",
-        env.major,
-        flagged.len(),
-        rows.len()
-    );
-    fails.finish("g_rollback_prepared_during_two_phase_creation");
+    (flagged.len(), rows.len())
 }

@@ -1,0 +1,246 @@
+//! The live cluster: its environment, one test at a time, connections, the WAL flush
+//! position, waiting.
+
+use crate::values::{err_text, parse_lsn};
+use postgres::{Client, Config, NoTls};
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The live cluster the tests run against.
+#[derive(Clone, Debug)]
+pub struct Env {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub dbname: String,
+    pub log: PathBuf,
+    pub pgdata: PathBuf,
+    pub major: u32,
+}
+
+fn need(var: &str) -> String {
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => v,
+        _ => panic!(
+            "{var} is not set. These tests run against a live server: run them through \
+             scripts/test.sh, or export the variables of `scripts/cluster.sh env MAJOR` \
+             (PGHOST PGPORT PGUSER PGDATABASE PGSNAP_LOG PGSNAP_PGDATA PGSNAP_MAJOR)."
+        ),
+    }
+}
+
+/// The environment, or `None` when `PGSNAP_SKIP_LIVE=1` asks to skip live tests.
+/// Panics (fails the test) when `PGSNAP_MAJOR` is unset without that explicit opt-out.
+pub fn env() -> Option<Env> {
+    if std::env::var("PGSNAP_MAJOR")
+        .map(|v| v.is_empty())
+        .unwrap_or(true)
+    {
+        if std::env::var("PGSNAP_SKIP_LIVE").as_deref() == Ok("1") {
+            println!("SKIPPED: PGSNAP_MAJOR unset and PGSNAP_SKIP_LIVE=1");
+            return None;
+        }
+        panic!(
+            "PGSNAP_MAJOR is not set. These tests compare pg_snapbuild with a live server; \
+             run them through scripts/test.sh (or export `scripts/cluster.sh env MAJOR`). \
+             To skip them on purpose set PGSNAP_SKIP_LIVE=1."
+        );
+    }
+    let major: u32 = need("PGSNAP_MAJOR")
+        .parse()
+        .expect("PGSNAP_MAJOR must be a number (15 or 18)");
+    let e = Env {
+        host: std::env::var("PGHOST").unwrap_or_else(|_| "127.0.0.1".into()),
+        port: need("PGPORT").parse().expect("PGPORT must be a number"),
+        user: std::env::var("PGUSER").unwrap_or_else(|_| "postgres".into()),
+        dbname: std::env::var("PGDATABASE").unwrap_or_else(|_| "postgres".into()),
+        log: PathBuf::from(need("PGSNAP_LOG")),
+        pgdata: PathBuf::from(need("PGSNAP_PGDATA")),
+        major,
+    };
+    if let Err(err) = std::fs::File::open(&e.log) {
+        panic!("PGSNAP_LOG={} is not readable: {err}", e.log.display());
+    }
+    Some(e)
+}
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Held for a whole test: see [`serial`].
+pub struct Serial {
+    _thread: MutexGuard<'static, ()>,
+    _process: Option<std::fs::File>,
+}
+
+/// Slot creation waits for every running transaction of the cluster, so scenarios must
+/// not overlap: each test holds this for its whole run (poison is ignored: a failed test
+/// must not fail the next ones). Besides the in-process mutex it takes an exclusive
+/// `flock` on `$TMPDIR/pgsnap-tests-<PGPORT>.lock`, so that test binaries run at the same
+/// time against one cluster (two `cargo test` invocations) also take turns.
+pub fn serial() -> Serial {
+    let thread = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let port = std::env::var("PGPORT").unwrap_or_else(|_| "5432".into());
+    let path = std::env::temp_dir().join(format!("pgsnap-tests-{port}.lock"));
+    let process = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .ok()
+        .filter(|f| f.lock().is_ok());
+    Serial {
+        _thread: thread,
+        _process: process,
+    }
+}
+
+/// The start of a live test: [`serial`], the environment ([`env`]) and a set-up session
+/// ([`Env::setup`]); `None` when live tests are skipped on purpose.
+pub fn start() -> Option<(Serial, Env, Client)> {
+    let g = serial();
+    let env = env()?;
+    let c = env.setup();
+    Some((g, env, c))
+}
+
+static SETUP: OnceLock<()> = OnceLock::new();
+
+impl Env {
+    /// A new session with `statement_timeout` (so nothing waits forever).
+    pub fn connect(&self, app: &str) -> Client {
+        self.connect_raw(app, "120s")
+    }
+
+    pub(crate) fn connect_raw(&self, app: &str, statement_timeout: &str) -> Client {
+        let mut cfg = Config::new();
+        cfg.host(&self.host)
+            .port(self.port)
+            .user(&self.user)
+            .dbname(&self.dbname)
+            .application_name(app)
+            .connect_timeout(Duration::from_secs(10));
+        let mut c = cfg
+            .connect(NoTls)
+            .unwrap_or_else(|e| panic!("cannot connect to {}:{}: {e}", self.host, self.port));
+        c.batch_execute(&format!("SET statement_timeout = '{statement_timeout}'"))
+            .expect("SET statement_timeout");
+        c
+    }
+
+    /// Checks the server's major, creates the extensions the tests use (once per process).
+    pub fn setup(&self) -> Client {
+        let mut c = self.connect("pgsnap-setup");
+        SETUP.get_or_init(|| {
+            let v: i32 = c
+                .query_one("SELECT current_setting('server_version_num')::int", &[])
+                .unwrap()
+                .get(0);
+            assert_eq!(
+                (v / 10000) as u32,
+                self.major,
+                "PGSNAP_MAJOR={} but the server at port {} is version {v}",
+                self.major,
+                self.port
+            );
+            let wl: String = c.query_one("SHOW wal_level", &[]).unwrap().get(0);
+            assert_eq!(wl, "logical", "the server must run with wal_level=logical");
+            if self.major >= 15 {
+                c.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+                    .unwrap();
+            }
+            if self.has_logicalinspect() {
+                c.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_logicalinspect")
+                    .unwrap();
+            }
+            c.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_snapbuild")
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "CREATE EXTENSION pg_snapbuild failed (is it installed?): {}",
+                        err_text(&e)
+                    )
+                });
+        });
+        c
+    }
+
+    /// contrib pg_logicalinspect ships with 18 and later.
+    pub fn has_logicalinspect(&self) -> bool {
+        self.major >= 18
+    }
+
+    /// Logs a RUNNING_XACTS record now: `pg_log_standby_snapshot()` (16+, returns the
+    /// record's end LSN) or `CHECKPOINT` (15, which logs one; no LSN returned).
+    pub fn log_standby_snapshot(&self, c: &mut Client) -> Option<u64> {
+        if self.major >= 16 {
+            let s: String = c
+                .query_one("SELECT pg_log_standby_snapshot()::text", &[])
+                .unwrap()
+                .get(0);
+            Some(parse_lsn(&s))
+        } else {
+            c.batch_execute("CHECKPOINT").unwrap();
+            None
+        }
+    }
+
+    /// [`Env::log_standby_snapshot`], then `INSERT INTO table VALUES (values)` committed:
+    /// a commit flushes the WAL, so a decoder sees the RUNNING_XACTS just logged.
+    pub fn log_standby_snapshot_flushed(
+        &self,
+        c: &mut Client,
+        table: &str,
+        values: &str,
+    ) -> Option<u64> {
+        let l = self.log_standby_snapshot(c);
+        c.batch_execute(&format!("INSERT INTO {table} VALUES ({values})"))
+            .unwrap();
+        l
+    }
+
+    /// The statement that logs a RUNNING_XACTS record on this major (see
+    /// [`Env::log_standby_snapshot`]).
+    pub fn standby_snapshot_sql(&self) -> &'static str {
+        if self.major >= 16 {
+            "SELECT pg_log_standby_snapshot()"
+        } else {
+            "CHECKPOINT"
+        }
+    }
+
+    pub fn snapshots_dir(&self) -> PathBuf {
+        self.pgdata.join("pg_logical").join("snapshots")
+    }
+}
+
+/// The server's WAL flush position.
+pub fn flush_lsn(c: &mut Client) -> u64 {
+    parse_lsn(
+        &c.query_one("SELECT pg_current_wal_flush_lsn()::text", &[])
+            .unwrap()
+            .get::<_, String>(0),
+    )
+}
+
+/// Polls `f` every 50 ms until it holds; panics after `timeout`.
+pub fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        if t0.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for: {what}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Whether backend `pid` waits for the transaction lock of `xid` (XactLockTableWait,
+/// as SnapBuildWaitSnapshot does).
+pub fn waits_for_xid(c: &mut Client, pid: i32, xid: u64) -> bool {
+    c.query_one(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND locktype = 'transactionid' \
+         AND NOT granted AND transactionid::text = $2)",
+        &[&pid, &xid.to_string()],
+    )
+    .unwrap()
+    .get(0)
+}
