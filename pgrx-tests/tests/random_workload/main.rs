@@ -191,7 +191,7 @@ fn print_counts(
 ) {
     let (mut decoded_total, mut files_agreeing, mut commits_seen, mut writer_dependent) =
         (0usize, 0usize, 0usize, 0usize);
-    let mut files_byte_equal = 0usize;
+    let (mut files_byte_equal, mut undecided) = (0usize, 0usize);
     let kinds = two_phase_kinds(out);
     for s in &out.slots {
         decoded_total += server_commits(s).len();
@@ -211,12 +211,15 @@ fn print_counts(
                     writer_dependent += 1;
                 }
             }
+            if r.branch_is("serialize") && r.agrees.is_none() && r.raw.get("server_source").is_some_and(|v| !v.is_null()) {
+                undecided += 1;
+            }
         }
     }
     println!(
         "pgsnap-counts: random seed {seed} PG{} transactions {done_txns} steps {} units {} slots created {created} \
          slot states predicted {} commits traced {commits_seen} decoded by test_decoding {decoded_total} ({kinds:?}) .snap files agreeing {files_agreeing} \
-         (of which xmax/committed written by a decoder that started elsewhere {writer_dependent}; byte for byte {files_byte_equal}) failures {} ({:.1}s)",
+         (of which reproduced by a decoder restarted at another serialization point {writer_dependent}; byte for byte {files_byte_equal}) undecided {undecided} failures {} ({:.1}s)",
         env.major,
         rec.steps.len(),
         rec.units.len(),
