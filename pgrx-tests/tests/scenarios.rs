@@ -627,27 +627,48 @@ fn a_delayed_startup() {
 // restarted from that point
 // ---------------------------------------------------------------------------------------
 
-fn across_serialization(tag: &'static str, in_subxact: bool) {
+/// Where s0 changes the catalog in [`across_serialization`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// At top level.
+    TopLevel,
+    /// Only inside a released subtransaction, after a top-level insert.
+    Subxact,
+    /// In each of 70 subtransactions (`BEGIN … EXCEPTION … END` blocks creating tables,
+    /// the last one adding the column), so the subxid cache overflows and RUNNING_XACTS
+    /// lists s0's top-level xid alone.
+    OverflowedSubxacts,
+}
+
+/// Tables the overflowed-subxact variant creates, one per subtransaction.
+const OVERFLOW_TABLES: usize = 70;
+
+fn across_serialization(tag: &'static str, change: Change) {
     let Some(mut s) = Scenario::start(tag) else {
         return;
     };
-    let p = if in_subxact {
-        "pgsnap_sc_c"
-    } else {
-        "pgsnap_sc_b"
+    let p = match change {
+        Change::TopLevel => "pgsnap_sc_b",
+        Change::Subxact => "pgsnap_sc_c",
+        Change::OverflowedSubxacts => "pgsnap_sc_o",
     };
     let slot = p.to_string();
     let tab = format!("{p}_tab");
     let ktab = format!("{p}_k");
     let col = format!("added_{}", &p[p.len() - 1..]);
     let _slot = SlotGuard::new(&s.env, &slot);
+    let mut names = vec![tab.clone(), ktab.clone()];
+    if change == Change::OverflowedSubxacts {
+        names.extend((1..=OVERFLOW_TABLES).map(|i| format!("{p}_t{i}")));
+    }
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let _t = s.tables(
-        &[&tab, &ktab],
+        &names,
         &format!("CREATE TABLE {tab} (id int); CREATE TABLE {ktab} (a int)"),
     );
     s.create_checked(&slot, false);
 
-    let (mut s0, changer) = catalog_change_in_s0(&mut s, &tab, &col, in_subxact);
+    let (mut s0, changer) = catalog_change_in_s0(&mut s, &tab, &col, change);
     let ddl_end = s0.insert_lsn();
     let rx1 = s.running_xacts(&ktab);
     // k's first change comes after that record: while k is the oldest transaction, the
@@ -698,24 +719,40 @@ fn catalog_change_in_s0(
     s: &mut Scenario,
     tab: &str,
     col: &str,
-    in_subxact: bool,
+    change: Change,
 ) -> (OpenXact, u64) {
     let mut s0 = OpenXact::begin(&s.env, "pgsnap-sc-s0");
-    if in_subxact {
-        s0.exec(&format!(
+    match change {
+        Change::Subxact => s0.exec(&format!(
             "INSERT INTO {tab} VALUES (0); SAVEPOINT sp1; ALTER TABLE {tab} ADD COLUMN {col} int"
-        ));
-    } else {
-        s0.exec(&format!("ALTER TABLE {tab} ADD COLUMN {col} int"));
+        )),
+        Change::TopLevel => s0.exec(&format!("ALTER TABLE {tab} ADD COLUMN {col} int")),
+        Change::OverflowedSubxacts => {
+            let p = tab.trim_end_matches("_tab");
+            s0.exec(&format!(
+                "INSERT INTO {tab} VALUES (0); \
+                 DO $$ BEGIN \
+                   FOR i IN 1..{OVERFLOW_TABLES} LOOP \
+                     BEGIN EXECUTE format('CREATE TABLE {p}_t%s (a int)', i); \
+                     EXCEPTION WHEN others THEN RAISE; END; \
+                   END LOOP; \
+                   BEGIN ALTER TABLE {tab} ADD COLUMN {col} int; \
+                   EXCEPTION WHEN others THEN RAISE; END; \
+                 END $$"
+            ));
+        }
     }
+    let in_subxact = change != Change::TopLevel;
     let changer: u64 = s0
         .text(&format!(
             "SELECT xmin FROM pg_attribute WHERE attrelid = '{tab}'::regclass AND attname = '{col}'"
         ))
         .parse()
         .unwrap();
-    if in_subxact {
+    if change == Change::Subxact {
         s0.exec("RELEASE SAVEPOINT sp1");
+    }
+    if in_subxact {
         s.check(changer != s0.xid, || {
             format!(
                 "the catalog change should be the subtransaction's, not s0={}'s",
@@ -879,14 +916,26 @@ fn check_restart_is_b(s: &mut Scenario, st: &Step, restart: u64) {
 
 #[test]
 fn b_catalog_change_across_serialization_point() {
-    across_serialization("b_catalog_change_across_serialization_point", false);
+    across_serialization("b_catalog_change_across_serialization_point", Change::TopLevel);
+}
+
+/// Issue 9.1: the catalog change is spread over 70 subtransactions, so the RUNNING_XACTS
+/// at the restart point lists only s0's top-level xid. On 14/15 the restarted server
+/// flags every subxact of s0's commit record (SnapBuildXidSetCatalogChanges); its later
+/// .snap files hold all 71 xids as committed, and the trace must agree with them.
+#[test]
+fn c2_overflowed_subxact_catalog_change_across_serialization_point() {
+    across_serialization(
+        "c2_overflowed_subxact_catalog_change_across_serialization_point",
+        Change::OverflowedSubxacts,
+    );
 }
 
 #[test]
 fn c_subxact_only_catalog_change_across_serialization_point() {
     across_serialization(
         "c_subxact_only_catalog_change_across_serialization_point",
-        true,
+        Change::Subxact,
     );
 }
 

@@ -922,49 +922,6 @@ fn file_state_as_we_read_it(c: &mut Client, name: &str) -> FileState {
 // 6. corrupt copies of a real .snap file
 // ---------------------------------------------------------------------------------------
 
-/// Files written into the server's snapshot directory, removed at the end.
-struct PlantedFiles(Vec<std::path::PathBuf>);
-impl Drop for PlantedFiles {
-    fn drop(&mut self) {
-        for p in &self.0 {
-            let _ = std::fs::remove_file(p);
-        }
-    }
-}
-
-fn plant(env: &Env, planted: &mut PlantedFiles, name: &str, bytes: &[u8]) {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let dir = env.snapshots_dir();
-    let meta = std::fs::metadata(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let p = dir.join(name);
-    planted.0.push(p.clone());
-    std::fs::write(&p, bytes).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
-    std::os::unix::fs::chown(&p, Some(meta.uid()), Some(meta.gid())).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
-}
-
-/// A slot and a real .snap file's bytes (name, bytes).
-fn real_snap_file(env: &Env, c: &mut Client, slot: &str, tab: &str) -> (String, Vec<u8>) {
-    c.batch_execute(&format!("CREATE TABLE IF NOT EXISTS {tab} (a int)"))
-        .unwrap();
-    create_slot(env, slot);
-    c.batch_execute(&format!("CREATE TABLE IF NOT EXISTS {tab}_2 (a int)"))
-        .unwrap();
-    for _ in 0..5 {
-        let files = produce_snap_files(env, c, slot, tab);
-        let restart = server_slot(c, slot).restart_lsn;
-        // a file the slot still protects from removal
-        for (name, _) in files.iter().rev() {
-            if snap_lsn(name).is_some_and(|l| l >= restart) {
-                if let Ok(b) = std::fs::read(env.snapshots_dir().join(name)) {
-                    return (name.clone(), b);
-                }
-            }
-        }
-    }
-    panic!("could not read a .snap file the server wrote");
-}
-
 /// A file's path as the server's messages name it.
 fn snap_path(n: &str) -> String {
     format!("pg_logical/snapshots/{n}")

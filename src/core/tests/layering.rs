@@ -308,3 +308,45 @@ fn headers_stay_headers_and_modules_form_no_cycle() {
         panic!("import cycle between modules:\n  {}", text.join("\n  "));
     }
 }
+
+/// The extension around the core (`src/` beside this crate) calls only downwards:
+/// `sql` → `context` → `adapter` → core. A file of a lower layer naming a higher one
+/// (`crate::sql`, `crate::context`) fails the test with the line; the core must not name
+/// pgrx or `pg_sys` at all.
+#[test]
+fn extension_layers_call_only_downwards() {
+    let core = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let src = core.parent().expect("src/");
+    let rules: [(&str, &[&str]); 2] = [
+        ("adapter", &["crate::sql", "crate::context"]),
+        ("context", &["crate::sql"]),
+    ];
+    let mut bad = Vec::new();
+    let mut files_read = 0;
+    for (layer, forbidden) in rules {
+        let mut files = Vec::new();
+        rs_files(&src.join(layer), false, &mut files);
+        for f in files {
+            files_read += 1;
+            let text = std::fs::read_to_string(&f).expect("read");
+            for (i, line) in text.lines().enumerate() {
+                if forbidden.iter().any(|p| line.contains(p)) {
+                    bad.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+                }
+            }
+        }
+    }
+    let mut core_files = Vec::new();
+    rs_files(core, true, &mut core_files);
+    for f in core_files {
+        let text = std::fs::read_to_string(&f).expect("read");
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if code.contains("pgrx") || code.contains("pg_sys") {
+                bad.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(files_read >= 8, "only {files_read} files of src/adapter and src/context read");
+    assert!(bad.is_empty(), "references against the layering:\n{}", bad.join("\n"));
+}

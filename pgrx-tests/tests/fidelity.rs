@@ -1,0 +1,238 @@
+//! Fidelity checks against the server (issue 9): shapes where the trace once said
+//! `agrees = t` wrongly, predicted wrongly or failed, each compared with what the server
+//! itself did or wrote.
+//!
+//! - f1: a transactional logical message emitted in another database, open across
+//!   RUNNING_XACTS: the server gives that transaction no base snapshot, so the slot's
+//!   catalog_xmin after `pg_logical_slot_get_changes` is what `snapbuild_slot_prediction`
+//!   said (it once predicted one lower).
+//! - f2: a replay from a position after which no complete record has been flushed is
+//!   answered with its first row, not SQLSTATE 22023.
+//! - f3: a `.snap` file the server wrote, with a wrong xmax injected (a writer-dependent
+//!   field, CRC recomputed): the trace no longer says `agrees = t` for it, and names xmax;
+//!   with the server's own bytes back it agrees again.
+//! - f4: a `.snap` file whose committed count needs more than MaxAllocSize: the server's
+//!   error (pg_logicalinspect on 18), SQLSTATE XX000 "invalid memory alloc request size".
+//!
+//! The overflowed-subtransaction shape of the same issue is scenario c2
+//! (`tests/scenarios.rs`).
+
+use pg_snapbuild_tests::*;
+use postgres::Client;
+
+/// The row of `snapbuild_slots()` / `snapbuild_slot_prediction()` fields compared.
+fn slot_catalog_xmin_and_restart(c: &mut Client, slot: &str) -> (Option<String>, Option<String>) {
+    let r = c
+        .query_one(
+            "SELECT catalog_xmin::text, restart_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .unwrap();
+    (r.get(0), r.get(1))
+}
+
+fn other_database(env: &Env, c: &mut Client, name: &str) -> Client {
+    let exists = c
+        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name])
+        .unwrap()
+        .is_some();
+    if !exists {
+        c.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+    }
+    let mut cfg = postgres::Config::new();
+    cfg.host(&env.host)
+        .port(env.port)
+        .user(&env.user)
+        .dbname(name)
+        .application_name("pgsnap-fid-other");
+    cfg.connect(postgres::NoTls).unwrap()
+}
+
+#[test]
+fn f1_message_from_another_database_gives_no_base_snapshot() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let (slot, tab) = ("pgsnap_fid_msg", "pgsnap_fid_msg_t");
+    let _slot = SlotGuard::new(&env, slot);
+    c.batch_execute(&format!("DROP TABLE IF EXISTS {tab}; CREATE TABLE {tab} (a int)"))
+        .unwrap();
+    create_slot(&env, slot);
+    let mut other = other_database(&env, &mut c, "pgsnap_fid_other");
+    other
+        .batch_execute("BEGIN; SELECT pg_logical_emit_message(true, 'p', 'm')")
+        .unwrap();
+    let msg_xid: String = other
+        .query_one("SELECT pg_current_xact_id()::text", &[])
+        .unwrap()
+        .get(0);
+    // Two RUNNING_XACTS with the message's transaction running, each made visible to a
+    // decoder by a commit that flushes it.
+    env.log_standby_snapshot_flushed(&mut c, tab, "1");
+    env.log_standby_snapshot_flushed(&mut c, tab, "2");
+    let upto = fmt_lsn(flush_lsn(&mut c));
+    let predicted = c
+        .query_one(
+            "SELECT predicted_catalog_xmin::text, predicted_restart_lsn::text FROM snapbuild_slot_prediction($1, $2::pg_lsn)",
+            &[&slot, &upto],
+        )
+        .unwrap();
+    let predicted: (Option<String>, Option<String>) = (predicted.get(0), predicted.get(1));
+    c.query(
+        "SELECT count(*) FROM pg_logical_slot_get_changes($1, $2::pg_lsn, NULL)",
+        &[&slot, &upto],
+    )
+    .unwrap();
+    let server = slot_catalog_xmin_and_restart(&mut c, slot);
+    other.batch_execute("COMMIT").unwrap();
+    c.batch_execute(&format!("DROP TABLE {tab}")).unwrap();
+    println!(
+        "pgsnap-counts: f1 PG{} message xid {msg_xid} in another database; predicted (catalog_xmin, restart_lsn) {predicted:?}, server after get_changes {server:?}",
+        env.major
+    );
+    assert_eq!(
+        predicted, server,
+        "snapbuild_slot_prediction vs the slot after pg_logical_slot_get_changes (message xid {msg_xid} in another database)"
+    );
+    assert_ne!(
+        server.0.as_deref(),
+        Some(msg_xid.as_str()),
+        "the server held the slot's catalog_xmin at the other database's message transaction"
+    );
+}
+
+#[test]
+fn f2_nothing_flushed_after_the_start_is_an_answer() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let rows = json_rows(
+        &mut c,
+        "SELECT * FROM snapbuild_trace_range(pg_current_wal_flush_lsn(), in_slot_creation => false)",
+        &[],
+    )
+    .unwrap_or_else(|e| panic!("snapbuild_trace_range at the flush position failed: {}", err_text(&e)));
+    let first = rows.first().expect("a REPLAY START row");
+    assert_eq!(js(first, "record").as_deref(), Some("REPLAY START"));
+    // Nothing else wrote WAL meanwhile: the start row says why nothing follows.
+    if rows.len() == 1 {
+        let m = js(first, "message").unwrap_or_default();
+        assert!(m.contains("no complete WAL record"), "{m}");
+    }
+    println!("pgsnap-counts: f2 PG{} rows {}", env.major, rows.len());
+}
+
+/// A `.snap` file rewritten in place, put back when dropped.
+struct Rewritten {
+    path: std::path::PathBuf,
+    original: Vec<u8>,
+}
+
+impl Drop for Rewritten {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.path, &self.original);
+    }
+}
+
+/// Offsets in a .snap file: checksum (after magic), and the builder's xmax (20 bytes into
+/// the builder, which starts after the 16-byte constant part).
+const CHECKSUM_AT: usize = 4;
+const XMAX_AT: usize = 16 + 20;
+
+fn with_checksum(mut b: Vec<u8>) -> Vec<u8> {
+    // The checksum covers everything after magic and checksum; the file's length tells
+    // where the contents end (the server reads exactly that much).
+    let crc = crc32c::crc32c(&b[8..]);
+    b[CHECKSUM_AT..CHECKSUM_AT + 4].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+#[test]
+fn f3_injected_writer_dependent_difference_is_never_agreed() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let (slot, tab) = ("pgsnap_fid_inj", "pgsnap_fid_inj_t");
+    let _slot = SlotGuard::new(&env, slot);
+    let (name, bytes) = real_snap_file(&env, &mut c, slot, tab);
+    let lsn = snap_lsn(&name).unwrap();
+    let row_at = |c: &mut Client| {
+        trace(c, slot)
+            .unwrap()
+            .into_iter()
+            .find(|r| r.lsn == Some(lsn) && r.branch_is("serialize"))
+    };
+    let before = row_at(&mut c);
+    let Some(before) = before else {
+        panic!("the trace of {slot} has no serialize row at {name}");
+    };
+    assert_eq!(before.agrees, Some(true), "the server's own file: {}", before.show());
+    assert_eq!(
+        with_checksum(bytes.clone()),
+        bytes,
+        "the test's checksum must reproduce the server's"
+    );
+    let xmax = u32::from_le_bytes(bytes[XMAX_AT..XMAX_AT + 4].try_into().unwrap());
+    assert_eq!(Some(xmax as u64), before.serialized_xmax, "xmax offset");
+    let mut injected = bytes.clone();
+    injected[XMAX_AT..XMAX_AT + 4].copy_from_slice(&(xmax + 1000).to_le_bytes());
+    let path = env.snapshots_dir().join(&name);
+    let guard = Rewritten {
+        path: path.clone(),
+        original: bytes.clone(),
+    };
+    std::fs::write(&path, with_checksum(injected)).unwrap();
+    let after = row_at(&mut c).expect("the serialize row");
+    drop(guard);
+    let restored = row_at(&mut c).expect("the serialize row");
+    c.batch_execute(&format!("DROP TABLE IF EXISTS {tab}, {tab}_2")).unwrap();
+    println!(
+        "pgsnap-counts: f3 PG{} file {name} xmax {xmax} -> {}: agrees {:?} ({:?}); restored: agrees {:?}",
+        env.major,
+        xmax + 1000,
+        after.agrees,
+        after.disagreement,
+        restored.agrees
+    );
+    assert_ne!(after.agrees, Some(true), "an injected xmax was agreed: {}", after.show());
+    assert!(
+        after.disagreement.as_deref().is_some_and(|d| d.contains("xmax")),
+        "the injected xmax is not named: {}",
+        after.show()
+    );
+    assert_eq!(restored.agrees, Some(true), "{}", restored.show());
+}
+
+#[test]
+fn f4_count_past_max_alloc_size_is_the_servers_error() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let (slot, tab) = ("pgsnap_fid_alloc", "pgsnap_fid_alloc_t");
+    let _slot = SlotGuard::new(&env, slot);
+    let (_, bytes) = real_snap_file(&env, &mut c, slot, tab);
+    // builder.committed.xcnt (size_t) sits 80 bytes into the builder.
+    let mut huge = bytes.clone();
+    let count: u64 = 1 << 40;
+    huge[16 + 80..16 + 88].copy_from_slice(&count.to_le_bytes());
+    let name = "FFFFFFFF-A.snap";
+    let mut planted = PlantedFiles(Vec::new());
+    plant(&env, &mut planted, name, &huge);
+    let ours = c
+        .query("SELECT * FROM snapbuild_snapshot_info($1)", &[&name])
+        .err()
+        .map(|e| db_err(&e));
+    let want_text = format!("invalid memory alloc request size {}", count * 4);
+    let server = env.has_logicalinspect().then(|| {
+        c.query("SELECT * FROM pg_get_logical_snapshot_meta($1)", &[&name])
+            .err()
+            .map(|e| db_err(&e))
+    });
+    drop(planted);
+    c.batch_execute(&format!("DROP TABLE IF EXISTS {tab}, {tab}_2")).unwrap();
+    println!("pgsnap-counts: f4 PG{} ours {ours:?} pg_logicalinspect {server:?}", env.major);
+    assert_eq!(ours, Some(("XX000".to_string(), want_text)));
+    if let Some(server) = server {
+        assert_eq!(server, ours, "pg_logicalinspect's error for the same file");
+    }
+}
