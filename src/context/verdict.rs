@@ -40,7 +40,7 @@ pub fn server_facts(
     let other_writers = match (&file, &row.serialized) {
         (FileFact::Read { file, .. }, Some(pred)) => {
             let cmp = compare_with_server(pred, file, row.serialize_context);
-            if cmp.agrees() && !cmp.writer_dependent.is_empty() {
+            if cmp.other_writers_may_settle() {
                 writers.files_at(row, file)
             } else {
                 Vec::new()

@@ -34,6 +34,15 @@ impl FileComparison {
     pub fn agrees(&self) -> bool {
         self.differences.is_empty()
     }
+
+    /// Something differs, and only in what depends on the writing decoder's history:
+    /// the writer-dependent fields, or the catchange xids (a decoder that read the
+    /// assignment of a catalog-changing subtransaction flags its top-level transaction
+    /// too). Another decoder writing exactly the server's file then settles it.
+    pub fn other_writers_may_settle(&self) -> bool {
+        (!self.differences.is_empty() || !self.writer_dependent.is_empty())
+            && self.differences.iter().all(|d| d.starts_with("catchange "))
+    }
 }
 
 /// Compares the file the replay predicts with the file the server wrote at the same LSN.
@@ -224,8 +233,11 @@ pub fn judge_row(row: &TraceRow, facts: &ServerFacts) -> Verdict {
                 );
                 let ours = bytes_with_writer_fields(pred, file, &cmp);
                 // A decoder that restarted elsewhere and writes exactly the server's file
-                // settles the writer-dependent fields.
-                let writer = (cmp.agrees() && !cmp.writer_dependent.is_empty())
+                // settles the writer-dependent fields, and a catchange difference (a
+                // decoder that read a subtransaction's assignment flags its top level
+                // too; one that started after it cannot).
+                let writer = cmp
+                    .other_writers_may_settle()
                     .then(|| {
                         facts
                             .other_writers
@@ -234,18 +246,19 @@ pub fn judge_row(row: &TraceRow, facts: &ServerFacts) -> Verdict {
                             .map(|(start, _)| *start)
                     })
                     .flatten();
-                let agrees = if !cmp.agrees() {
-                    Some(false)
-                } else if cmp.writer_dependent.is_empty() || writer.is_some() {
+                let agrees = if writer.is_some() || (cmp.agrees() && cmp.writer_dependent.is_empty()) {
                     Some(true)
+                } else if !cmp.agrees() {
+                    Some(false)
                 } else {
                     None
                 };
                 if let Some(start) = writer {
                     text = vec![format!(
-                        "writer-dependent fields reproduced by a decoder restarted at {start}"
+                        "{} reproduced by a decoder restarted at {start}",
+                        if cmp.agrees() { "writer-dependent fields" } else { "the file, catchange included," }
                     )];
-                } else if agrees.is_none() {
+                } else if agrees != Some(true) && cmp.other_writers_may_settle() {
                     text.push(format!(
                         "no decoder restarted at an earlier serialization point ({} tried) writes this file",
                         facts.other_writers.len()
@@ -368,6 +381,15 @@ mod tests {
         let v = judge_row(&row, &f);
         assert_eq!(v.agrees, Some(true));
         assert!(v.disagreement.unwrap().contains("restarted at 0/28"));
+        // A catchange difference alone is false unless another writer reproduces it.
+        let mut cat = row.serialized.clone().unwrap();
+        cat.catchange_xip = vec![650];
+        let raw = cat.encode().unwrap();
+        let v = judge_row(&row, &facts(FileFact::Read { file: cat.clone(), raw: raw.clone() }));
+        assert_eq!(v.agrees, Some(false));
+        let mut f = facts(FileFact::Read { file: cat.clone(), raw });
+        f.other_writers = vec![(Lsn(40), cat)];
+        assert_eq!(judge_row(&row, &f).agrees, Some(true));
         server.builder.next_phase_at += 1;
         let raw = server.encode().unwrap();
         let v = judge_row(&row, &facts(FileFact::Read { file: server, raw }));
