@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent setup: system packages, the `postgres` OS user, cargo-pgrx 0.18.0, PostgreSQL 18.6,
-# 17.11, 16.15, 15.19 and 14.22 unpacked under <repo>/.pg/NN, `cargo pgrx init`, and a release build
+# 17.11, 16.15, 15.19 and 14.23 unpacked under <repo>/.pg/NN, `cargo pgrx init`, and a release build
 # of the extension installed into each (scripts/install.sh). PGSNAP_MAJORS="18 15" limits the majors (default: all five).
 # Steps that are already done are skipped. Full command output goes to .work/logs/setup.log.
 set -euo pipefail
@@ -14,7 +14,7 @@ ALL_WHEELS="18 18.6.0 e25217097466f049d4b577b4e980f2ef5fbc6fb0a71f7260a2ef5ca247
 17 17.11.0 a222525752d64f8788693f559f736d6de130cc973f28c99badffff69e2cf2224
 16 16.15.0 93bad86ed48ba850a587ed9e3f066a271e7c7ffdaba524f9eeda4cac20efc951
 15 15.19.0 5da4fb3c7b21e5d922d92a894b3b17838caf66b825e76e06bbcddd2ca985e658
-14 14.22.0 39f5691d9beaa40f98bb4878896dedad0f91462a9060dabefab6281c0fe52b05"
+14 14.23.0 f156cc7d27a60f3f68492cabdd62f1addee6f54883d71d1dccc3b70b5623556c"
 MAJORS=${PGSNAP_MAJORS:-18 17 16 15 14}
 WHEELS=$(for m in $MAJORS; do grep "^$m " <<<"$ALL_WHEELS" || { echo "unknown major $m" >&2; exit 1; }; done)
 
