@@ -58,6 +58,12 @@ fn f1_message_from_another_database_gives_no_base_snapshot() {
     c.batch_execute(&format!("DROP TABLE IF EXISTS {tab}; CREATE TABLE {tab} (a int)"))
         .unwrap();
     create_slot(&env, slot);
+    // t0 (this database) runs when the builder reads a RUNNING_XACTS, so the builder's
+    // xmin is t0's xid when the other database's transaction emits its message.
+    let mut t0 = OpenXact::begin(&env, "pgsnap-fid-t0");
+    t0.exec(&format!("INSERT INTO {tab} VALUES (0)"));
+    let t0_xid = t0.xid;
+    env.log_standby_snapshot_flushed(&mut c, tab, "1");
     let mut other = other_database(&env, &mut c, "pgsnap_fid_other");
     other
         .batch_execute("BEGIN; SELECT pg_logical_emit_message(true, 'p', 'm')")
@@ -66,20 +72,22 @@ fn f1_message_from_another_database_gives_no_base_snapshot() {
         .query_one("SELECT pg_current_xact_id()::text", &[])
         .unwrap()
         .get(0);
-    // Two RUNNING_XACTS with the message's transaction running, each made visible to a
-    // decoder by a commit that flushes it.
-    env.log_standby_snapshot_flushed(&mut c, tab, "1");
+    // t0 ends; the next RUNNING_XACTS has the message's transaction as the oldest running.
+    // A base snapshot for it would hold the builder's xmin from before (t0's xid) as the
+    // slot's candidate catalog_xmin; without one the candidate is oldestRunningXid.
+    t0.commit();
     env.log_standby_snapshot_flushed(&mut c, tab, "2");
+    env.log_standby_snapshot_flushed(&mut c, tab, "3");
     let upto = fmt_lsn(flush_lsn(&mut c));
     let predicted = c
         .query_one(
-            "SELECT predicted_catalog_xmin::text, predicted_restart_lsn::text FROM snapbuild_slot_prediction($1, $2::pg_lsn)",
+            "SELECT predicted_catalog_xmin::text, predicted_restart_lsn::text FROM snapbuild_slot_prediction($1, $2::text::pg_lsn)",
             &[&slot, &upto],
         )
         .unwrap();
     let predicted: (Option<String>, Option<String>) = (predicted.get(0), predicted.get(1));
     c.query(
-        "SELECT count(*) FROM pg_logical_slot_get_changes($1, $2::pg_lsn, NULL)",
+        "SELECT count(*) FROM pg_logical_slot_get_changes($1, $2::text::pg_lsn, NULL)",
         &[&slot, &upto],
     )
     .unwrap();
@@ -87,17 +95,17 @@ fn f1_message_from_another_database_gives_no_base_snapshot() {
     other.batch_execute("COMMIT").unwrap();
     c.batch_execute(&format!("DROP TABLE {tab}")).unwrap();
     println!(
-        "pgsnap-counts: f1 PG{} message xid {msg_xid} in another database; predicted (catalog_xmin, restart_lsn) {predicted:?}, server after get_changes {server:?}",
+        "pgsnap-counts: f1 PG{} t0 {t0_xid}, message xid {msg_xid} in another database; predicted (catalog_xmin, restart_lsn) {predicted:?}, server after get_changes {server:?}",
         env.major
     );
     assert_eq!(
         predicted, server,
         "snapbuild_slot_prediction vs the slot after pg_logical_slot_get_changes (message xid {msg_xid} in another database)"
     );
-    assert_ne!(
+    assert_eq!(
         server.0.as_deref(),
         Some(msg_xid.as_str()),
-        "the server held the slot's catalog_xmin at the other database's message transaction"
+        "the server's catalog_xmin is the oldest running xid (t0={t0_xid} ended)"
     );
 }
 
@@ -154,26 +162,42 @@ fn f3_injected_writer_dependent_difference_is_never_agreed() {
     };
     let (slot, tab) = ("pgsnap_fid_inj", "pgsnap_fid_inj_t");
     let _slot = SlotGuard::new(&env, slot);
-    let (name, bytes) = real_snap_file(&env, &mut c, slot, tab);
-    let lsn = snap_lsn(&name).unwrap();
+    real_snap_file(&env, &mut c, slot, tab);
+    // Two more RUNNING_XACTS, serialized by a peeking decoder (restart_lsn stays).
+    env.log_standby_snapshot_flushed(&mut c, tab, "7");
+    env.log_standby_snapshot_flushed(&mut c, tab, "8");
+    c.query("SELECT count(*) FROM pg_logical_slot_peek_changes($1, NULL, NULL)", &[&slot])
+        .unwrap();
+    // A serialize row after the restart point whose file the server wrote and the trace
+    // agrees with (the row at restart_lsn itself is the restore, branch b); its writer may
+    // have started before the slot's restart point (a peek moves restart_lsn too), which the
+    // trace then reproduces.
+    let before = trace(&mut c, slot)
+        .unwrap()
+        .into_iter()
+        .rev()
+        .find(|r| r.branch_is("serialize") && r.agrees == Some(true))
+        .unwrap_or_else(|| panic!("the trace of {slot} has no serialize row agreeing with a server file"));
+    let lsn = before.lsn.unwrap();
+    let name = snap_name(lsn);
+    let bytes = std::fs::read(env.snapshots_dir().join(&name)).unwrap();
     let row_at = |c: &mut Client| {
         trace(c, slot)
             .unwrap()
             .into_iter()
             .find(|r| r.lsn == Some(lsn) && r.branch_is("serialize"))
     };
-    let before = row_at(&mut c);
-    let Some(before) = before else {
-        panic!("the trace of {slot} has no serialize row at {name}");
-    };
-    assert_eq!(before.agrees, Some(true), "the server's own file: {}", before.show());
     assert_eq!(
         with_checksum(bytes.clone()),
         bytes,
         "the test's checksum must reproduce the server's"
     );
     let xmax = u32::from_le_bytes(bytes[XMAX_AT..XMAX_AT + 4].try_into().unwrap());
-    assert_eq!(Some(xmax as u64), before.serialized_xmax, "xmax offset");
+    let info_xmax: String = c
+        .query_one("SELECT xmax::text FROM snapbuild_snapshot_info($1)", &[&name])
+        .unwrap()
+        .get(0);
+    assert_eq!(xmax.to_string(), info_xmax, "xmax offset");
     let mut injected = bytes.clone();
     injected[XMAX_AT..XMAX_AT + 4].copy_from_slice(&(xmax + 1000).to_le_bytes());
     let path = env.snapshots_dir().join(&name);
