@@ -97,7 +97,7 @@ PY
 
 multi_session() ( # MAJOR: pgrx-tests/ (pg_snapbuild_tests) with the cluster's environment
     eval "$("$ROOT/scripts/cluster.sh" env "$1")"
-    timeout -k 30 "$LIMIT" cargo test -p pg_snapbuild_tests -- --test-threads=1 --nocapture
+    timeout -k 30 "$LIMIT" cargo test -p pg_snapbuild_tests --no-fail-fast -- --test-threads=1 --nocapture
 )
 
 stage "setup" "$ROOT/scripts/setup.sh" || exit
