@@ -251,9 +251,27 @@ impl Gen<'_> {
                     self.sess[i].savepoints -= 1;
                 }
             }
-            73..=75 => {
+            73..=74 => {
                 // transactional logical message
                 self.sql(i, "SELECT pg_logical_emit_message(true, 'rw', 'm')");
+            }
+            75 => {
+                // non-transactional logical message (decoded at once, if consistent)
+                self.sql(i, "SELECT pg_logical_emit_message(false, 'rw', 'n')");
+            }
+            76 => {
+                // 70 subtransactions, so the subxid cache overflows (RUNNING_XACTS then
+                // lists the top level alone), the last one changing the catalog
+                self.next_col += 1;
+                let col = self.next_col;
+                self.sql(
+                    i,
+                    format!(
+                        "DO $$ BEGIN FOR i IN 1..70 LOOP BEGIN INSERT INTO {t}(a, b) VALUES (i, 'o'); \
+                         EXCEPTION WHEN others THEN RAISE; END; END LOOP; \
+                         BEGIN ALTER TABLE {t} ADD COLUMN c{col} int; EXCEPTION WHEN others THEN RAISE; END; END $$"
+                    ),
+                );
             }
             _ => self.end_transaction(i),
         }
