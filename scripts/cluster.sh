@@ -4,7 +4,8 @@
 #   cluster.sh stop MAJOR    fast shutdown
 #   cluster.sh status MAJOR
 #   cluster.sh env MAJOR     export lines: eval "$(scripts/cluster.sh env 18)"
-# Data in <repo>/.work/pgMAJOR/data, log in <repo>/.work/pgMAJOR/server.log, port 55400+MAJOR,
+# Data in <repo>/.work/pgMAJOR/data, log in <repo>/.work/pgMAJOR/server.log, port 55400+MAJOR
+# (PGSNAP_PORT_BASE+MAJOR when set, e.g. for two checkouts' clusters at once),
 # 127.0.0.1 only, trust auth, user postgres.
 set -euo pipefail
 
@@ -19,7 +20,7 @@ W=$ROOT/.work/pg$major
 DATA=$W/data
 SOCK=$W/sock
 LOG=$W/server.log
-PORT=$((55400 + major))
+PORT=$((${PGSNAP_PORT_BASE:-55400} + major))
 
 # run a command as the OS user postgres, from a directory it can read
 as_pg() {
