@@ -8,6 +8,7 @@
 //! [`judge_row`] turns that into the verdict columns of a trace row.
 
 use crate::include::snapbuild::SnapBuildState;
+use crate::include::transam::TransactionId;
 use crate::include::xlogdefs::Lsn;
 use crate::replication::decode::TraceRow;
 use crate::replication::snapbuild::SerializeContext;
@@ -27,6 +28,9 @@ pub struct FileComparison {
     /// writer started alike; otherwise they are reported here, not held against the
     /// replay.
     pub writer_dependent: Vec<String>,
+    /// The writer's xmin when the replay can tell it although its own differs (the
+    /// replay restored at the previous RUNNING_XACTS, the writer was consistent there).
+    pub writer_xmin: Option<TransactionId>,
 }
 
 impl FileComparison {
@@ -64,18 +68,24 @@ pub fn compare_with_server(
             .push(format!("state {} vs {}", p.state, s.state));
     }
     if p.xmin != s.xmin {
-        // The writer serialized at the previous RUNNING_XACTS (so took its xmin from it)
-        // and so did we: the xmins must be equal.
-        let both_from_record = ctx.is_some_and(|c| {
-            !c.xmin_from_restore
-                && c.prev_running_xacts.is_valid()
-                && s.last_serialized_snapshot == c.prev_running_xacts
+        // The writer serialized at the previous RUNNING_XACTS, so it was consistent there
+        // and took that record's oldestRunningXid as its xmin (SnapBuildSerialize alone sets
+        // last_serialized_snapshot; a restore does not).
+        let writer_from_record = ctx.filter(|x| {
+            x.prev_running_xacts.is_valid() && s.last_serialized_snapshot == x.prev_running_xacts
         });
         let d = format!("xmin {} vs {}", p.xmin, s.xmin);
-        if both_from_record {
-            c.differences.push(d);
-        } else {
-            c.writer_dependent.push(d);
+        match writer_from_record {
+            // So did we: the xmins must be equal.
+            Some(x) if !x.xmin_from_restore => c.differences.push(d),
+            // We restored there (and keep the file's xmin until the next record); the
+            // writer's xmin is still that record's oldestRunningXid.
+            Some(x) if s.xmin == x.prev_oldest_running_xid => c.writer_xmin = Some(s.xmin),
+            Some(x) => c.differences.push(format!(
+                "{d} (a decoder consistent at {} takes its oldestRunningXid {})",
+                x.prev_running_xacts, x.prev_oldest_running_xid
+            )),
+            None => c.writer_dependent.push(d),
         }
     }
     if p.next_phase_at != s.next_phase_at {
@@ -132,6 +142,9 @@ pub fn bytes_with_writer_fields(
     let flagged = |field: &str| cmp.writer_dependent.iter().any(|d| d.starts_with(field));
     if flagged("xmin ") {
         b.xmin = s.xmin;
+    }
+    if let Some(x) = cmp.writer_xmin {
+        b.xmin = x;
     }
     if flagged("xmax ") {
         b.xmax = s.xmax;
@@ -394,6 +407,34 @@ mod tests {
         let raw = server.encode().unwrap();
         let v = judge_row(&row, &facts(FileFact::Read { file: server, raw }));
         assert_eq!(v.agrees, Some(false));
+    }
+
+    /// The replay restored at the previous RUNNING_XACTS (keeping the file's xmin); a
+    /// writer whose last_serialized_snapshot is that record was consistent there and took
+    /// its oldestRunningXid: decided, not writer-dependent.
+    #[test]
+    fn xmin_of_a_writer_consistent_at_the_previous_record_is_decided() {
+        let row = serialize_row();
+        let pred = row.serialized.clone().unwrap();
+        let ctx = SerializeContext {
+            prev_running_xacts: Lsn(100),
+            xmin_from_restore: true,
+            prev_oldest_running_xid: pred.builder.xmin + 2,
+        };
+        let mut server = pred.clone();
+        server.builder.last_serialized_snapshot = Lsn(100);
+        server.builder.xmin = pred.builder.xmin + 2;
+        let c = compare_with_server(&pred, &server, Some(ctx));
+        assert!(c.differences.is_empty() && c.writer_dependent.is_empty(), "{c:?}");
+        assert_eq!(c.writer_xmin, Some(server.builder.xmin));
+        assert_eq!(bytes_with_writer_fields(&pred, &server, &c), server.encode());
+        server.builder.xmin += 1;
+        let c = compare_with_server(&pred, &server, Some(ctx));
+        assert_eq!(c.differences.len(), 1, "{c:?}");
+        // Another last_serialized_snapshot: the writer's history is unknown.
+        server.builder.last_serialized_snapshot = Lsn(90);
+        let c = compare_with_server(&pred, &server, Some(ctx));
+        assert!(c.differences.is_empty() && c.writer_dependent.len() == 1, "{c:?}");
     }
 
     #[test]

@@ -149,6 +149,9 @@ pub enum CommitVerdict {
 pub struct SerializeContext {
     pub prev_running_xacts: Lsn,
     pub xmin_from_restore: bool,
+    /// oldestRunningXid of the RUNNING_XACTS at `prev_running_xacts`: the xmin of any
+    /// decoder that was already consistent there.
+    pub prev_oldest_running_xid: TransactionId,
 }
 
 /// The outcome of one record, for the trace.
@@ -212,6 +215,8 @@ pub struct SnapBuild {
     pub snapshot: Option<BuiltSnapshot>,
     /// The LSN of the last RUNNING_XACTS record processed.
     pub prev_running_xacts: Lsn,
+    /// Its oldestRunningXid.
+    pub prev_oldest_running_xid: TransactionId,
     /// The xmin came from a restored `.snap` since the last RUNNING_XACTS (branch b or
     /// a serialization point), not from a record's oldestRunningXid.
     pub xmin_from_restore: bool,
@@ -241,6 +246,7 @@ impl SnapBuild {
             snapshot_xmin: None,
             snapshot: None,
             prev_running_xacts: INVALID_LSN,
+            prev_oldest_running_xid: 0,
             xmin_from_restore: false,
         }
     }
@@ -312,6 +318,7 @@ impl SnapBuild {
             self.xmin_from_restore = false;
         }
         self.prev_running_xacts = lsn;
+        self.prev_oldest_running_xid = running.oldest_running_xid;
         if step.branch == Branch::Serialize {
             self.slot_candidates(lsn, running, &mut step);
         }
@@ -539,6 +546,7 @@ impl SnapBuild {
         SerializeContext {
             prev_running_xacts: self.prev_running_xacts,
             xmin_from_restore: self.xmin_from_restore,
+            prev_oldest_running_xid: self.prev_oldest_running_xid,
         }
     }
 
