@@ -8,7 +8,7 @@
 //! [`judge_row`] turns that into the verdict columns of a trace row.
 
 use crate::include::snapbuild::SnapBuildState;
-use crate::include::transam::TransactionId;
+use crate::include::transam::{self, TransactionId};
 use crate::include::xlogdefs::Lsn;
 use crate::replication::decode::TraceRow;
 use crate::replication::snapbuild::SerializeContext;
@@ -29,7 +29,8 @@ pub struct FileComparison {
     /// replay.
     pub writer_dependent: Vec<String>,
     /// The writer's xmin when the replay can tell it although its own differs (the
-    /// replay restored at the previous RUNNING_XACTS, the writer was consistent there).
+    /// replay restored at the previous RUNNING_XACTS, the writer was consistent there);
+    /// the committed xids are then compared as that writer purged them.
     pub writer_xmin: Option<TransactionId>,
 }
 
@@ -109,7 +110,20 @@ pub fn compare_with_server(
         v.sort_unstable();
         v
     };
-    if sorted(&predicted.committed_xip) != sorted(&server.committed_xip) {
+    // A writer consistent at the previous RUNNING_XACTS purged the committed xids older
+    // than that record's oldestRunningXid there (SnapBuildPurgeOlderTxn); the replay, which
+    // restored there, keeps them until the next record. Were the writer's state at that
+    // record the restored file's, it holds exactly these.
+    let committed = match c.writer_xmin {
+        Some(x) => predicted
+            .committed_xip
+            .iter()
+            .copied()
+            .filter(|v| !transam::normal_precedes(*v, x))
+            .collect(),
+        None => predicted.committed_xip.clone(),
+    };
+    if sorted(&committed) != sorted(&server.committed_xip) {
         c.writer_dependent.push(format!(
             "committed {:?} vs {:?}",
             predicted.committed_xip, server.committed_xip
@@ -154,7 +168,11 @@ pub fn bytes_with_writer_fields(
         v.sort_unstable();
         v
     };
-    if flagged("committed ") || sorted(&p.committed_xip) == sorted(&server.committed_xip) {
+    // Unflagged with a known writer xmin: the writer's purged list equals the server's.
+    if flagged("committed ")
+        || cmp.writer_xmin.is_some()
+        || sorted(&p.committed_xip) == sorted(&server.committed_xip)
+    {
         p.committed_xip = server.committed_xip.clone();
     }
     p.encode()
@@ -428,6 +446,14 @@ mod tests {
         assert!(c.differences.is_empty() && c.writer_dependent.is_empty(), "{c:?}");
         assert_eq!(c.writer_xmin, Some(server.builder.xmin));
         assert_eq!(bytes_with_writer_fields(&pred, &server, &c), server.encode());
+        // Committed xids older than that xmin were purged by the writer there.
+        let mut pred2 = pred.clone();
+        pred2.committed_xip = vec![pred.builder.xmin, pred.builder.xmin + 3];
+        let mut server2 = server.clone();
+        server2.committed_xip = vec![pred.builder.xmin + 3];
+        let c = compare_with_server(&pred2, &server2, Some(ctx));
+        assert!(c.differences.is_empty() && c.writer_dependent.is_empty(), "{c:?}");
+        assert_eq!(bytes_with_writer_fields(&pred2, &server2, &c), server2.encode());
         server.builder.xmin += 1;
         let c = compare_with_server(&pred, &server, Some(ctx));
         assert_eq!(c.differences.len(), 1, "{c:?}");
