@@ -32,6 +32,9 @@ pub struct FileComparison {
     /// replay restored at the previous RUNNING_XACTS, the writer was consistent there);
     /// the committed xids are then compared as that writer purged them.
     pub writer_xmin: Option<TransactionId>,
+    /// The committed xids are equal only once purged at `writer_xmin` (which assumes the
+    /// writer's state at that record was the restored file's: not proven).
+    pub committed_as_purged: bool,
 }
 
 impl FileComparison {
@@ -128,6 +131,8 @@ pub fn compare_with_server(
             "committed {:?} vs {:?}",
             predicted.committed_xip, server.committed_xip
         ));
+    } else if sorted(&predicted.committed_xip) != sorted(&server.committed_xip) {
+        c.committed_as_purged = true;
     }
     c
 }
@@ -277,19 +282,37 @@ pub fn judge_row(row: &TraceRow, facts: &ServerFacts) -> Verdict {
                             .map(|(start, _)| *start)
                     })
                     .flatten();
-                let agrees = if writer.is_some() || (cmp.agrees() && cmp.writer_dependent.is_empty()) {
-                    Some(true)
+                // Only what the replay can prove is true or false: a possible writer found
+                // elsewhere, or a committed list equal only once purged as such a writer
+                // would have, leaves the row undecided, with that writer named.
+                let agrees = if writer.is_some() || cmp.committed_as_purged {
+                    None
                 } else if !cmp.agrees() {
                     Some(false)
+                } else if cmp.writer_dependent.is_empty() {
+                    Some(true)
                 } else {
                     None
                 };
+                if !cmp.agrees() && writer.is_some() {
+                    text = text
+                        .into_iter()
+                        .map(|d| if d.starts_with("undecided:") { d } else { format!("undecided: {d}") })
+                        .collect();
+                }
+                if cmp.committed_as_purged {
+                    text.push(format!(
+                        "undecided: committed {:?} vs {:?} equal once purged at xmin {}, as a decoder that was consistent at the previous RUNNING_XACTS with the restored file's state would have",
+                        pred.committed_xip,
+                        file.committed_xip,
+                        cmp.writer_xmin.unwrap_or(0)
+                    ));
+                }
                 if let Some(start) = writer {
-                    text = vec![format!(
-                        "{} reproduced by a decoder restarted at {start}",
-                        if cmp.agrees() { "writer-dependent fields" } else { "the file, catchange included," }
-                    )];
-                } else if agrees != Some(true) && cmp.other_writers_may_settle() {
+                    text.push(format!(
+                        "consistent with a decoder restarted at {start} (the writer's restart point is not known)"
+                    ));
+                } else if agrees.is_none() && cmp.other_writers_may_settle() {
                     text.push(format!(
                         "no decoder restarted at an earlier serialization point ({} tried) writes this file",
                         facts.other_writers.len()
@@ -409,9 +432,10 @@ mod tests {
         // A decoder restarted elsewhere that writes exactly the server's file decides it.
         let mut f = facts(FileFact::Read { file: server.clone(), raw: server.encode().unwrap() });
         f.other_writers = vec![(Lsn(50), row.serialized.clone().unwrap()), (Lsn(40), server.clone())];
+        // A possible writer is named, but nothing proves it was the writer: undecided.
         let v = judge_row(&row, &f);
-        assert_eq!(v.agrees, Some(true));
-        assert!(v.disagreement.unwrap().contains("restarted at 0/28"));
+        assert_eq!(v.agrees, None);
+        assert!(v.disagreement.unwrap().contains("consistent with a decoder restarted at 0/28"));
         // A catchange difference alone is false unless another writer reproduces it.
         let mut cat = row.serialized.clone().unwrap();
         cat.catchange_xip = vec![650];
@@ -420,7 +444,9 @@ mod tests {
         assert_eq!(v.agrees, Some(false));
         let mut f = facts(FileFact::Read { file: cat.clone(), raw });
         f.other_writers = vec![(Lsn(40), cat)];
-        assert_eq!(judge_row(&row, &f).agrees, Some(true));
+        let v = judge_row(&row, &f);
+        assert_eq!(v.agrees, None);
+        assert!(v.disagreement.unwrap().starts_with("undecided: catchange"));
         server.builder.next_phase_at += 1;
         let raw = server.encode().unwrap();
         let v = judge_row(&row, &facts(FileFact::Read { file: server, raw }));
@@ -453,6 +479,7 @@ mod tests {
         server2.committed_xip = vec![pred.builder.xmin + 3];
         let c = compare_with_server(&pred2, &server2, Some(ctx));
         assert!(c.differences.is_empty() && c.writer_dependent.is_empty(), "{c:?}");
+        assert!(c.committed_as_purged);
         assert_eq!(bytes_with_writer_fields(&pred2, &server2, &c), server2.encode());
         server.builder.xmin += 1;
         let c = compare_with_server(&pred, &server, Some(ctx));
