@@ -67,17 +67,26 @@ impl TraceRow {
         self.branch.as_deref() == Some(b)
     }
     /// A row judged against a .snap file the server wrote either agrees, or is undecided
-    /// only because the file's writer started elsewhere, while a decoder history that
-    /// writes exactly that file was found (`consistent with a decoder restarted at …`, or
-    /// the committed list of a writer consistent at the previous record) and the bytes,
-    /// with the writer's fields, are the file's.
+    /// only because the file's writer started elsewhere (`undecided: writer-dependent …`,
+    /// with the reason), while every other field agrees: the bytes, with the writer's own
+    /// fields taken from the file, are the file's.
+    pub fn agrees_or_undecided_writer(&self) -> bool {
+        let undecided = self
+            .disagreement
+            .as_deref()
+            .is_some_and(|d| d.starts_with("undecided:"));
+        self.agrees == Some(true)
+            || (self.agrees.is_none() && undecided && self.flag("bytes_agree") == Some(true))
+    }
+
+    /// [`TraceRow::agrees_or_undecided_writer`] where a decoder history that writes
+    /// exactly the file was found (`consistent with a decoder restarted at …`, or the
+    /// committed list of a writer consistent at the previous record).
     pub fn agrees_or_possible_writer(&self) -> bool {
         let possible_writer = self.disagreement.as_deref().is_some_and(|d| {
-            d.starts_with("undecided:")
-                && (d.contains("consistent with a decoder restarted at") || d.contains("equal once purged"))
+            d.contains("consistent with a decoder restarted at") || d.contains("equal once purged")
         });
-        self.agrees == Some(true)
-            || (self.agrees.is_none() && possible_writer && self.flag("bytes_agree") == Some(true))
+        self.agrees == Some(true) || (self.agrees_or_undecided_writer() && possible_writer)
     }
 }
 

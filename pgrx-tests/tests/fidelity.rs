@@ -120,8 +120,9 @@ fn f2_nothing_flushed_after_the_start_is_an_answer() {
     .unwrap_or_else(|e| panic!("snapbuild_trace_range at the flush position failed: {}", err_text(&e)));
     let first = rows.first().expect("a REPLAY START row");
     assert_eq!(js(first, "record").as_deref(), Some("REPLAY START"));
-    // Nothing else wrote WAL meanwhile: the start row says why nothing follows.
-    if rows.len() == 1 {
+    // Nothing else wrote WAL meanwhile: the start row says why nothing follows (14's
+    // reader cannot look ahead for a record, so there the loop just ends).
+    if rows.len() == 1 && env.major >= 15 {
         let m = js(first, "message").unwrap_or_default();
         assert!(m.contains("no complete WAL record"), "{m}");
     }

@@ -113,7 +113,7 @@ struct Counts {
     rows: usize,
     verdict_rows: usize,
     agrees_true: usize,
-    /// Serialize rows with a server file left undecided (a possible writer found).
+    /// Serialize rows with a server file left undecided (the writer started elsewhere).
     undecided_writer: usize,
     serialize_with_file: usize,
     bytes_equal: usize,
@@ -264,7 +264,7 @@ impl Scenario {
                 if r.agrees.is_none() {
                     self.n.undecided_writer += 1;
                 }
-                self.fails.check(r.agrees_or_possible_writer(), || {
+                self.fails.check(r.agrees_or_undecided_writer(), || {
                     format!(
                         "{tag} {step}: {slot}: serialize row at {} has a .snap file the server wrote but agrees = {:?}: {}",
                         fmt_lsn(r.lsn.unwrap()),
@@ -540,7 +540,7 @@ impl Scenario {
     fn finish(self, extra: &str) {
         let n = &self.n;
         println!(
-            "pgsnap-counts: {} PG{} compares {} emitted {} trace rows {} (verdict rows {}, agreeing {}) serialize rows with a server file {} (undecided, a possible writer found: {}) byte-equal {} \
+            "pgsnap-counts: {} PG{} compares {} emitted {} trace rows {} (verdict rows {}, agreeing {}) serialize rows with a server file {} (undecided, written by a decoder that started elsewhere: {}) byte-equal {} \
              RUNNING_XACTS matched to WAL {} creations checked {} creation LOG lines {} timetravel checks {} restarts from a .snap {} {extra} failures {} ({:.1}s)",
             self.tag,
             self.env.major,

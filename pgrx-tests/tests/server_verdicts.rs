@@ -862,7 +862,7 @@ fn compare_rows_with_snap_files(
             continue;
         };
         let (source, want) = if env.has_logicalinspect() {
-            if r.branch_is("serialize") && !r.agrees_or_possible_writer() {
+            if r.branch_is("serialize") && !r.agrees_or_undecided_writer() {
                 mismatches.push(format!(
                     "{name}: serialize row has agrees {:?} ({:?})",
                     r.agrees, r.disagreement
