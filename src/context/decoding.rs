@@ -58,14 +58,20 @@ pub struct DecodingContext {
     pub records: u64,
     /// Set once the loop has ended, with the reason.
     pub stopped: Option<Stop>,
+    /// An unreadable `.snap` file is taken as absent instead of raising (replays of other
+    /// possible writers, which must never end the trace).
+    tolerant: bool,
 }
 
 /// SnapBuildRestore's file access: the `.snap` file for `lsn`, absent, or broken (the
 /// broken file becomes the replay's ERROR row); other I/O errors are raised.
-fn restore_snapshot(lsn: Lsn, version: u32) -> RestoreResult {
+fn restore_snapshot(lsn: Lsn, version: u32, tolerant: bool) -> RestoreResult {
     match snapfiles::read_snapshot(lsn, version) {
         Ok(f) => Ok(f),
         Err(SnapFileError::Corrupt { err, .. }) => Err(err),
+        // A replay of another possible writer does not end the trace: it goes on as if
+        // the unreadable file were not there.
+        Err(_) if tolerant => Ok(None),
         Err(e) => e.raise(),
     }
 }
@@ -106,7 +112,20 @@ impl DecodingContext {
             last_record: None,
             records: 0,
             stopped,
+            tolerant: false,
         }
+    }
+
+    /// [`DecodingContext::start_in`] for a replay that must not end the caller's work: `None`
+    /// when the WAL at the start has been removed, and unreadable `.snap` files are taken
+    /// as absent.
+    pub fn try_start_tolerant(input: ReplayInput, mcx: pg_sys::MemoryContext) -> Option<Self> {
+        if !wal::is_available(input.start) {
+            return None;
+        }
+        let mut ctx = Self::start_in(input, mcx);
+        ctx.tolerant = true;
+        Some(ctx)
     }
 
     /// The memory context the reader lives in.
@@ -172,8 +191,8 @@ impl DecodingContext {
     /// (a later one stays unread for the next call).
     pub fn next_row_upto(&mut self, limit: Option<Lsn>) -> Option<Result<TraceRow, ReplayError>> {
         let rec = self.read(limit)?;
-        let version = self.version;
-        let mut restore = |lsn: Lsn| restore_snapshot(lsn, version);
+        let (version, tolerant) = (self.version, self.tolerant);
+        let mut restore = |lsn: Lsn| restore_snapshot(lsn, version, tolerant);
         let mcx = self.mcx;
         let replay = &mut self.replay;
         let fed = unsafe {

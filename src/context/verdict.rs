@@ -32,7 +32,13 @@ pub fn server_facts(
         match snapfiles::read_snapshot_bytes(row.lsn, version) {
             Ok(Some((file, raw))) => FileFact::Read { file, raw },
             Ok(None) => FileFact::Absent,
-            Err(e) => FileFact::Broken(e.text()),
+            Err(e @ snapfiles::SnapFileError::Corrupt { .. }) => FileFact::Broken(e.text()),
+            Err(e) => FileFact::Unreadable(e.text()),
+        }
+    } else if let Some(at) = row.restored_from {
+        match snapfiles::read_snapshot_bytes(at, version) {
+            Ok(Some((file, raw))) => FileFact::Read { file, raw },
+            _ => FileFact::Absent,
         }
     } else {
         FileFact::Absent
@@ -52,6 +58,7 @@ pub fn server_facts(
         path: snapfiles::path_for(row.restored_from.unwrap_or(row.lsn)),
         file,
         confirmed_flush: slot.filter(|s| !s.in_creation()).map(|s| s.confirmed_flush),
+        replay_start: slot.map(|s| snapbuild_core::Lsn(s.restart_lsn)),
         other_writers,
     }
 }

@@ -8,7 +8,6 @@ use snapbuild_core::compare::writes_same_file;
 use snapbuild_core::{BuilderParams, Lsn, SnapBuildOnDisk, TraceRow};
 
 use crate::adapter::snapfiles;
-use crate::adapter::wal;
 use crate::context::decoding::DecodingContext;
 use crate::context::input::ReplayInput;
 
@@ -120,9 +119,6 @@ impl OtherWriters {
             .filter(|l| *l < before && *l != main_start && !self.considered.contains(l))
             .min_by_key(|l| (*l > main_start, if *l > main_start { l.0 } else { u64::MAX - l.0 }))?;
         self.considered.push(start);
-        if !wal::is_available(start) {
-            return self.open_next(before, server);
-        }
         let params = BuilderParams {
             initial_xmin_horizon: 0,
             start_decoding_at: server.builder.start_decoding_at,
@@ -141,10 +137,14 @@ impl OtherWriters {
             all_records: false,
             label: format!("a decoder restarted at {start}"),
         };
-        Some(Shadow {
-            start,
-            ctx: DecodingContext::start_in(input, self.mcx),
-            last: None,
-        })
+        match DecodingContext::try_start_tolerant(input, self.mcx) {
+            Some(ctx) => Some(Shadow {
+                start,
+                ctx,
+                last: None,
+            }),
+            // Its WAL is gone: try the next one.
+            None => self.open_next(before, server),
+        }
     }
 }

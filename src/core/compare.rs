@@ -211,6 +211,8 @@ pub enum FileFact {
     Read { file: SnapBuildOnDisk, raw: Vec<u8> },
     /// It could not be decoded: the server's error text.
     Broken(String),
+    /// It could not be read (permissions, I/O): the error text. Says nothing of the file.
+    Unreadable(String),
 }
 
 /// What the server left behind that a trace row can be compared with.
@@ -222,6 +224,8 @@ pub struct ServerFacts {
     pub file: FileFact,
     /// The traced slot's confirmed_flush, once created (not while in creation).
     pub confirmed_flush: Option<u64>,
+    /// Where the replay started (the slot's restart_lsn).
+    pub replay_start: Option<Lsn>,
     /// Files other decoders would write at this LSN: `(start, file)` for a decoder that
     /// restarted at `start` (an earlier serialization point) and read the same WAL. Asked
     /// for only when the replay's own file differs from the server's in writer-dependent
@@ -285,14 +289,12 @@ pub fn judge_row(row: &TraceRow, facts: &ServerFacts) -> Verdict {
                 // Only what the replay can prove is true or false: a possible writer found
                 // elsewhere, or a committed list equal only once purged as such a writer
                 // would have, leaves the row undecided, with that writer named.
-                let agrees = if writer.is_some() || cmp.committed_as_purged {
-                    None
-                } else if !cmp.agrees() {
+                let agrees = if !cmp.agrees() && writer.is_none() {
                     Some(false)
-                } else if cmp.writer_dependent.is_empty() {
-                    Some(true)
-                } else {
+                } else if writer.is_some() || cmp.committed_as_purged || !cmp.writer_dependent.is_empty() {
                     None
+                } else {
+                    Some(true)
                 };
                 if !cmp.agrees() && writer.is_some() {
                     text = text
@@ -327,6 +329,11 @@ pub fn judge_row(row: &TraceRow, facts: &ServerFacts) -> Verdict {
                 }
             }
             FileFact::Absent => Verdict::default(),
+            FileFact::Unreadable(text) => Verdict {
+                server_source: Some(facts.path.clone()),
+                disagreement: Some(format!("undecided: {text}")),
+                ..Verdict::default()
+            },
             FileFact::Broken(text) => Verdict {
                 server_source: Some(facts.path.clone()),
                 agrees: Some(false),
@@ -336,16 +343,28 @@ pub fn judge_row(row: &TraceRow, facts: &ServerFacts) -> Verdict {
         };
     }
     if row.restored_from.is_some() {
+        // The replay restored the file; whether the server's decoder did is not in the file.
+        let server_state = match &facts.file {
+            FileFact::Read { file, .. } => Some(state_name(file.builder.state)),
+            _ => None,
+        };
         return Verdict {
-            server_state: Some("consistent".into()),
+            server_state,
             server_source: Some(facts.path.clone()),
-            agrees: Some(row.state == SnapBuildState::Consistent),
+            agrees: None,
+            disagreement: Some(
+                "undecided: the replay restored this file (branch b); the server's log says whether its decoder did".into(),
+            ),
             ..Verdict::default()
         };
     }
     let became_consistent =
         row.state_before < SnapBuildState::Consistent && row.state == SnapBuildState::Consistent;
-    if let Some(cf) = facts.confirmed_flush.filter(|_| became_consistent) {
+    // A decoder restarted at a serialized RUNNING_XACTS becomes consistent on that record
+    // (branch a or b), which a consumer may have confirmed exactly: only a record after
+    // the replay's start can be the creation's consistent point.
+    let after_start = facts.replay_start.is_some_and(|st| row.lsn > st);
+    if let Some(cf) = facts.confirmed_flush.filter(|_| became_consistent && after_start) {
         if row.end_lsn.0 == cf {
             return Verdict {
                 server_state: Some("consistent".into()),
@@ -400,6 +419,7 @@ mod tests {
             path: "pg_logical/snapshots/0-C8.snap".into(),
             file,
             confirmed_flush: None,
+            replay_start: None,
             other_writers: Vec::new(),
         }
     }
@@ -488,6 +508,43 @@ mod tests {
         server.builder.last_serialized_snapshot = Lsn(90);
         let c = compare_with_server(&pred, &server, Some(ctx));
         assert!(c.differences.is_empty() && c.writer_dependent.len() == 1, "{c:?}");
+    }
+
+    /// A hard difference stays false even when the committed list would be explained by
+    /// a purge (review finding: it once became NULL).
+    #[test]
+    fn hard_difference_beats_an_explained_committed_list() {
+        let mut row = serialize_row();
+        let pred = row.serialized.clone().unwrap();
+        row.serialize_context = Some(SerializeContext {
+            prev_running_xacts: Lsn(100),
+            xmin_from_restore: true,
+            prev_oldest_running_xid: pred.builder.xmin + 2,
+        });
+        let mut p2 = pred.clone();
+        p2.committed_xip = vec![pred.builder.xmin, pred.builder.xmin + 3];
+        row.serialized = Some(p2);
+        let mut server = pred.clone();
+        server.builder.last_serialized_snapshot = Lsn(100);
+        server.builder.xmin = pred.builder.xmin + 2;
+        server.committed_xip = vec![pred.builder.xmin + 3];
+        server.builder.next_phase_at = 7;
+        let raw = server.encode().unwrap();
+        let v = judge_row(&row, &facts(FileFact::Read { file: server, raw }));
+        assert_eq!(v.agrees, Some(false), "{v:?}");
+    }
+
+    /// A restore row is undecided: the file says nothing of whether the server restored it.
+    #[test]
+    fn restore_rows_are_undecided() {
+        let mut row = serialize_row();
+        let f = row.serialized.take().unwrap();
+        row.restored_from = Some(row.lsn);
+        let raw = f.encode().unwrap();
+        let v = judge_row(&row, &facts(FileFact::Read { file: f, raw }));
+        assert_eq!(v.agrees, None);
+        assert_eq!(v.server_state.as_deref(), Some("consistent"));
+        assert!(v.disagreement.unwrap().starts_with("undecided:"));
     }
 
     #[test]

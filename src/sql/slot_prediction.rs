@@ -28,11 +28,11 @@ fn opt_lsn(l: Lsn) -> Option<PgLsn> {
 /// predicted (`predicted_*`), the position decoded to, and records read.
 ///
 /// Errors: as `snapbuild_trace`; `object_not_in_prerequisite_state` for a slot still
-/// being created.
+/// being created; `null_value_not_allowed` for a NULL slot_name.
 #[pg_extern]
 #[allow(clippy::type_complexity)]
 fn snapbuild_slot_prediction(
-    slot_name: PgName,
+    slot_name: Option<PgName>,
     upto_lsn: default!(Option<PgLsn>, "NULL"),
 ) -> TableIterator<
     'static,
@@ -51,6 +51,12 @@ fn snapbuild_slot_prediction(
         name!(predicted_candidate_restart_lsn, Option<PgLsn>),
     ),
 > {
+    let Some(slot_name) = slot_name else {
+        raise(
+            PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+            "slot_name must not be NULL",
+        )
+    };
     let slot = find_slot(&slot_name.0);
     if !slot.logical || slot.in_creation() || slot.restart_lsn == 0 {
         raise(

@@ -223,28 +223,36 @@ with_trace_columns!(trace_function! {
     ///
     /// Errors: `undefined_file` (WAL at `start_lsn` already removed),
     /// `invalid_parameter_value` (start_lsn 0/0 or past the end of flushed WAL, on every major; end_lsn before
-    /// start_lsn), `null_value_not_allowed` (start_lsn NULL).
+    /// start_lsn), `null_value_not_allowed` (start_lsn or a boolean argument NULL).
     #[pg_extern]
     #[allow(clippy::too_many_arguments)]
     fn snapbuild_trace_range(
         start_lsn: Option<PgLsn>,
         end_lsn: default!(Option<PgLsn>, "NULL"),
         initial_xmin_horizon: default!(Option<Xid>, "NULL"),
-        in_slot_creation: default!(bool, true),
-        building_full_snapshot: default!(bool, false),
+        in_slot_creation: default!(Option<bool>, "true"),
+        building_full_snapshot: default!(Option<bool>, "false"),
         start_decoding_at: default!(Option<PgLsn>, "NULL"),
-        all_records: default!(bool, false),
-        two_phase: default!(bool, false),
+        all_records: default!(Option<bool>, "false"),
+        two_phase: default!(Option<bool>, "false"),
     ) {
+        let flag = |v: Option<bool>, name: &str| {
+            v.unwrap_or_else(|| {
+                raise(
+                    PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+                    format!("{name} must not be NULL"),
+                )
+            })
+        };
         to_table(TraceIter::start(context::for_range(RangeArgs {
             start_lsn: start_lsn.map(|l| l.0),
             end_lsn: end_lsn.map(|l| l.0),
             initial_xmin_horizon: initial_xmin_horizon.map(|x| x.0),
-            in_slot_creation,
-            building_full_snapshot,
+            in_slot_creation: flag(in_slot_creation, "in_slot_creation"),
+            building_full_snapshot: flag(building_full_snapshot, "building_full_snapshot"),
             start_decoding_at: start_decoding_at.map(|l| l.0),
-            all_records,
-            two_phase,
+            all_records: flag(all_records, "all_records"),
+            two_phase: flag(two_phase, "two_phase"),
         })))
     }
 });

@@ -27,3 +27,7 @@ SELECT regexp_replace(pg_temp.err(format('SELECT * FROM snapbuild_trace_range(%L
                                           pg_current_wal_flush_lsn(), '0/1')),
                       '[0-9A-F]+/[0-9A-F]+', 'X/X', 'g') AS end_before_start;
 SELECT pg_temp.err($$SELECT * FROM snapbuild_trace_range('FFFFFFFF/0')$$) LIKE '22023: %' AS future_start_is_22023;
+-- required arguments given as NULL: null_value_not_allowed, not an internal error
+SELECT pg_temp.err($$SELECT * FROM snapbuild_trace_range(pg_current_wal_flush_lsn(), in_slot_creation => NULL)$$);
+SELECT pg_temp.err($$SELECT * FROM snapbuild_trace_range(pg_current_wal_flush_lsn(), all_records => NULL)$$);
+SELECT pg_temp.err($$SELECT * FROM snapbuild_slot_prediction(NULL)$$);
