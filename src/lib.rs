@@ -248,9 +248,10 @@ mod tests {
     /// ParseAbortRecord / ParsePrepareRecord do.
     #[pg_test]
     fn xact_records_parse_like_xactdesc() {
-        let first: String = Spi::get_one("SELECT min(name) FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$'")
-            .unwrap()
-            .unwrap();
+        let first: String =
+            Spi::get_one("SELECT min(name) FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$'")
+                .unwrap()
+                .unwrap();
         let log = u64::from_str_radix(&first[8..16], 16).unwrap();
         let seg = u64::from_str_radix(&first[16..24], 16).unwrap();
         let seg_size = unsafe { pg_sys::wal_segment_size } as u64;
@@ -272,7 +273,11 @@ mod tests {
         let (seen, diffs) = crate::adapter::wal::xact_check::SEEN.with(|s| s.borrow().clone());
         let want = if major == 14 { 1 } else { 20 };
         assert!(seen >= want, "only {seen} xact records read");
-        assert!(diffs.is_empty(), "{} of {seen} differ: {diffs:#?}", diffs.len());
+        assert!(
+            diffs.is_empty(),
+            "{} of {seen} differ: {diffs:#?}",
+            diffs.len()
+        );
     }
 }
 

@@ -58,8 +58,10 @@ fn f1_message_from_another_database_gives_no_base_snapshot() {
     };
     let (slot, tab) = ("pgsnap_fid_msg", "pgsnap_fid_msg_t");
     let _slot = SlotGuard::new(&env, slot);
-    c.batch_execute(&format!("DROP TABLE IF EXISTS {tab}; CREATE TABLE {tab} (a int)"))
-        .unwrap();
+    c.batch_execute(&format!(
+        "DROP TABLE IF EXISTS {tab}; CREATE TABLE {tab} (a int)"
+    ))
+    .unwrap();
     create_slot(&env, slot);
     // t0 (this database) runs when the builder reads a RUNNING_XACTS, so the builder's
     // xmin is t0's xid when the other database's transaction emits its message.
@@ -165,8 +167,11 @@ fn f3_injected_writer_dependent_difference_is_never_agreed() {
     // Two more RUNNING_XACTS, serialized by a peeking decoder (restart_lsn stays).
     env.log_standby_snapshot_flushed(&mut c, tab, "7");
     env.log_standby_snapshot_flushed(&mut c, tab, "8");
-    c.query("SELECT count(*) FROM pg_logical_slot_peek_changes($1, NULL, NULL)", &[&slot])
-        .unwrap();
+    c.query(
+        "SELECT count(*) FROM pg_logical_slot_peek_changes($1, NULL, NULL)",
+        &[&slot],
+    )
+    .unwrap();
     // A serialize row after the restart point whose file the server wrote and the trace
     // agrees with (the row at restart_lsn itself is the restore, branch b); its writer may
     // have started before the slot's restart point (a peek moves restart_lsn too), which the
@@ -176,7 +181,9 @@ fn f3_injected_writer_dependent_difference_is_never_agreed() {
         .into_iter()
         .rev()
         .find(|r| r.branch_is("serialize") && r.agrees_or_possible_writer())
-        .unwrap_or_else(|| panic!("the trace of {slot} has no serialize row agreeing with a server file"));
+        .unwrap_or_else(|| {
+            panic!("the trace of {slot} has no serialize row agreeing with a server file")
+        });
     let lsn = before.lsn.unwrap();
     let name = snap_name(lsn);
     let bytes = std::fs::read(env.snapshots_dir().join(&name)).unwrap();
@@ -193,7 +200,10 @@ fn f3_injected_writer_dependent_difference_is_never_agreed() {
     );
     let xmax = u32::from_le_bytes(bytes[XMAX_AT..XMAX_AT + 4].try_into().unwrap());
     let info_xmax: String = c
-        .query_one("SELECT xmax::text FROM snapbuild_snapshot_info($1)", &[&name])
+        .query_one(
+            "SELECT xmax::text FROM snapbuild_snapshot_info($1)",
+            &[&name],
+        )
         .unwrap()
         .get(0);
     assert_eq!(xmax.to_string(), info_xmax, "xmax offset");
@@ -208,7 +218,8 @@ fn f3_injected_writer_dependent_difference_is_never_agreed() {
     let after = row_at(&mut c).expect("the serialize row");
     drop(guard);
     let restored = row_at(&mut c).expect("the serialize row");
-    c.batch_execute(&format!("DROP TABLE IF EXISTS {tab}, {tab}_2")).unwrap();
+    c.batch_execute(&format!("DROP TABLE IF EXISTS {tab}, {tab}_2"))
+        .unwrap();
     println!(
         "pgsnap-counts: f3 PG{} file {name} xmax {xmax} -> {}: agrees {:?} ({:?}); restored: agrees {:?}",
         env.major,
@@ -217,10 +228,22 @@ fn f3_injected_writer_dependent_difference_is_never_agreed() {
         after.disagreement,
         restored.agrees
     );
-    assert_ne!(after.agrees, Some(true), "an injected xmax was agreed: {}", after.show());
-    assert!(!after.agrees_or_possible_writer(), "a writer was found for an injected xmax: {}", after.show());
+    assert_ne!(
+        after.agrees,
+        Some(true),
+        "an injected xmax was agreed: {}",
+        after.show()
+    );
     assert!(
-        after.disagreement.as_deref().is_some_and(|d| d.contains("xmax")),
+        !after.agrees_or_possible_writer(),
+        "a writer was found for an injected xmax: {}",
+        after.show()
+    );
+    assert!(
+        after
+            .disagreement
+            .as_deref()
+            .is_some_and(|d| d.contains("xmax")),
         "the injected xmax is not named: {}",
         after.show()
     );
@@ -254,8 +277,12 @@ fn f4_count_past_max_alloc_size_is_the_servers_error() {
             .map(|e| db_err(&e))
     });
     drop(planted);
-    c.batch_execute(&format!("DROP TABLE IF EXISTS {tab}, {tab}_2")).unwrap();
-    println!("pgsnap-counts: f4 PG{} ours {ours:?} pg_logicalinspect {server:?}", env.major);
+    c.batch_execute(&format!("DROP TABLE IF EXISTS {tab}, {tab}_2"))
+        .unwrap();
+    println!(
+        "pgsnap-counts: f4 PG{} ours {ours:?} pg_logicalinspect {server:?}",
+        env.major
+    );
     assert_eq!(ours, Some(("XX000".to_string(), want_text)));
     if let Some(server) = server {
         assert_eq!(server, ours, "pg_logicalinspect's error for the same file");

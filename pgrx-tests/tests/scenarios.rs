@@ -721,12 +721,7 @@ fn across_serialization(tag: &'static str, change: Change) {
 /// s0 changes the catalog (at top level, or only inside a released subtransaction after
 /// a top-level insert) and stays open; returns s0 and the xid that changed the catalog
 /// (the new pg_attribute row's xmin).
-fn catalog_change_in_s0(
-    s: &mut Scenario,
-    tab: &str,
-    col: &str,
-    change: Change,
-) -> (OpenXact, u64) {
+fn catalog_change_in_s0(s: &mut Scenario, tab: &str, col: &str, change: Change) -> (OpenXact, u64) {
     let mut s0 = OpenXact::begin(&s.env, "pgsnap-sc-s0");
     match change {
         Change::Subxact => s0.exec(&format!(
@@ -949,7 +944,10 @@ fn check_restart_is_b(s: &mut Scenario, st: &Step, restart: u64) {
 
 #[test]
 fn b_catalog_change_across_serialization_point() {
-    across_serialization("b_catalog_change_across_serialization_point", Change::TopLevel);
+    across_serialization(
+        "b_catalog_change_across_serialization_point",
+        Change::TopLevel,
+    );
 }
 
 /// Issue 9.1: the catalog change is spread over 70 subtransactions, so the RUNNING_XACTS

@@ -3,12 +3,12 @@
 use pgrx::prelude::*;
 use snapbuild_core::include::snapbuild::BuiltSnapshot;
 use snapbuild_core::replication::decode::ReplayError;
-use snapbuild_core::{Replay, RestoreResult, TraceRow};
 use snapbuild_core::{Lsn, SnapBuildState};
+use snapbuild_core::{Replay, RestoreResult, TraceRow};
 
+use crate::adapter::raise;
 use crate::adapter::snapfiles::{self, SnapFileError};
 use crate::adapter::wal::{self, WalReader, WalRecord};
-use crate::adapter::raise;
 use crate::context::input::ReplayInput;
 
 /// Why the record loop stopped.
@@ -31,7 +31,9 @@ impl Stop {
         match self {
             Stop::EndOfWal => "stopped at the end of flushed WAL",
             Stop::EndLsn => "stopped at end_lsn",
-            Stop::NothingFlushedYet => "no complete WAL record after the start position has been flushed yet",
+            Stop::NothingFlushedYet => {
+                "no complete WAL record after the start position has been flushed yet"
+            }
             Stop::Error => "stopped at an ERROR the server would raise too",
         }
     }
@@ -94,8 +96,9 @@ impl DecodingContext {
         wal::check_available(input.start);
         let mut replay = Replay::new(&input.params, input.slot_db);
         replay.two_phase = input.two_phase.clone();
-        let opened =
-            unsafe { pgrx::PgMemoryContexts::For(mcx).switch_to(|_| WalReader::try_open(input.start)) };
+        let opened = unsafe {
+            pgrx::PgMemoryContexts::For(mcx).switch_to(|_| WalReader::try_open(input.start))
+        };
         let reader = opened.map(|mut r| {
             r.with_names = input.all_records;
             r
@@ -136,7 +139,8 @@ impl DecodingContext {
     /// The `REPLAY START` row: the builder before any record, with the input's label
     /// (and why nothing can be read, when nothing can).
     pub fn start_row(&self) -> TraceRow {
-        let mut row = Replay::new(&self.input.params, self.input.slot_db).builder_row_at(self.input.start);
+        let mut row =
+            Replay::new(&self.input.params, self.input.slot_db).builder_row_at(self.input.start);
         row.record = "REPLAY START".into();
         let mut label = self.input.label.clone();
         if self.stopped == Some(Stop::NothingFlushedYet) {
@@ -158,7 +162,8 @@ impl DecodingContext {
             None => {
                 let mcx = self.mcx;
                 let reader = self.reader.as_mut()?;
-                let next = unsafe { pgrx::PgMemoryContexts::For(mcx).switch_to(|_| reader.next_record()) };
+                let next =
+                    unsafe { pgrx::PgMemoryContexts::For(mcx).switch_to(|_| reader.next_record()) };
                 match next {
                     Some(r) => r,
                     None => {
@@ -246,7 +251,9 @@ impl DecodingContext {
                     self.input.start
                 };
                 let mcx = self.mcx;
-                let opened = unsafe { pgrx::PgMemoryContexts::For(mcx).switch_to(|_| WalReader::try_open(from)) };
+                let opened = unsafe {
+                    pgrx::PgMemoryContexts::For(mcx).switch_to(|_| WalReader::try_open(from))
+                };
                 if let Some(mut r) = opened {
                     r.with_names = self.input.all_records;
                     self.reader = Some(r);

@@ -64,7 +64,12 @@ pub fn server_facts(
 }
 
 /// [`server_facts`] then the core's `judge_row`.
-pub fn judge(row: TraceRow, slot: Option<&SlotCopy>, version: u32, writers: &mut OtherWriters) -> Traced {
+pub fn judge(
+    row: TraceRow,
+    slot: Option<&SlotCopy>,
+    version: u32,
+    writers: &mut OtherWriters,
+) -> Traced {
     let facts = server_facts(&row, slot, version, writers);
     let verdict = judge_row(&row, &facts);
     Traced { row, verdict }

@@ -78,7 +78,11 @@ impl OtherWriters {
     /// earlier file is asked first and kept; others are tried once each, those before the
     /// replay's own start first, nearest first, at most [`MAX_OTHER_WRITERS`] over the
     /// whole trace, and let go when they do not reproduce the file.
-    pub fn files_at(&mut self, row: &TraceRow, server: &SnapBuildOnDisk) -> Vec<(Lsn, SnapBuildOnDisk)> {
+    pub fn files_at(
+        &mut self,
+        row: &TraceRow,
+        server: &SnapBuildOnDisk,
+    ) -> Vec<(Lsn, SnapBuildOnDisk)> {
         let mut out = Vec::new();
         // Writers that reproduced an earlier file.
         for s in &mut self.shadows {
@@ -117,7 +121,12 @@ impl OtherWriters {
             .iter()
             .filter_map(|e| e.lsn)
             .filter(|l| *l < before && *l != main_start && !self.considered.contains(l))
-            .min_by_key(|l| (*l > main_start, if *l > main_start { l.0 } else { u64::MAX - l.0 }))?;
+            .min_by_key(|l| {
+                (
+                    *l > main_start,
+                    if *l > main_start { l.0 } else { u64::MAX - l.0 },
+                )
+            })?;
         self.considered.push(start);
         let params = BuilderParams {
             initial_xmin_horizon: 0,

@@ -237,7 +237,9 @@ pub struct ServerFacts {
 /// comparison looks at, writer-dependent ones included.
 pub fn writes_same_file(other: &SnapBuildOnDisk, server: &SnapBuildOnDisk) -> bool {
     let c = compare_with_server(other, server, None);
-    c.differences.is_empty() && c.writer_dependent.is_empty() && other.builder.xmin == server.builder.xmin
+    c.differences.is_empty()
+        && c.writer_dependent.is_empty()
+        && other.builder.xmin == server.builder.xmin
 }
 
 /// The name pg_logicalinspect gives a raw SnapBuildState value (`unknown state` for any
@@ -291,7 +293,10 @@ pub fn judge_row(row: &TraceRow, facts: &ServerFacts) -> Verdict {
                 // would have, leaves the row undecided, with that writer named.
                 let agrees = if !cmp.agrees() && writer.is_none() {
                     Some(false)
-                } else if writer.is_some() || cmp.committed_as_purged || !cmp.writer_dependent.is_empty() {
+                } else if writer.is_some()
+                    || cmp.committed_as_purged
+                    || !cmp.writer_dependent.is_empty()
+                {
                     None
                 } else {
                     Some(true)
@@ -299,7 +304,13 @@ pub fn judge_row(row: &TraceRow, facts: &ServerFacts) -> Verdict {
                 if !cmp.agrees() && writer.is_some() {
                     text = text
                         .into_iter()
-                        .map(|d| if d.starts_with("undecided:") { d } else { format!("undecided: {d}") })
+                        .map(|d| {
+                            if d.starts_with("undecided:") {
+                                d
+                            } else {
+                                format!("undecided: {d}")
+                            }
+                        })
                         .collect();
                 }
                 if cmp.committed_as_purged {
@@ -364,7 +375,10 @@ pub fn judge_row(row: &TraceRow, facts: &ServerFacts) -> Verdict {
     // (branch a or b), which a consumer may have confirmed exactly: only a record after
     // the replay's start can be the creation's consistent point.
     let after_start = facts.replay_start.is_some_and(|st| row.lsn > st);
-    if let Some(cf) = facts.confirmed_flush.filter(|_| became_consistent && after_start) {
+    if let Some(cf) = facts
+        .confirmed_flush
+        .filter(|_| became_consistent && after_start)
+    {
         if row.end_lsn.0 == cf {
             return Verdict {
                 server_state: Some("consistent".into()),
@@ -408,10 +422,18 @@ mod tests {
             name: None,
         };
         let running = crate::include::standbydefs::RunningXacts::new(600, 600, &[]);
-        r.feed(&head(100, RecordKind::RunningXacts), &Payload::RunningXacts(running), &mut none)
-            .unwrap();
-        r.feed(&head(200, RecordKind::CheckpointShutdown), &Payload::None, &mut none)
-            .unwrap()
+        r.feed(
+            &head(100, RecordKind::RunningXacts),
+            &Payload::RunningXacts(running),
+            &mut none,
+        )
+        .unwrap();
+        r.feed(
+            &head(200, RecordKind::CheckpointShutdown),
+            &Payload::None,
+            &mut none,
+        )
+        .unwrap()
     }
 
     fn facts(file: FileFact) -> ServerFacts {
@@ -429,7 +451,10 @@ mod tests {
         let row = serialize_row();
         let f = row.serialized.clone().unwrap();
         assert_eq!(compare_with_server(&f, &f, None), FileComparison::default());
-        assert_eq!(bytes_with_writer_fields(&f, &f, &FileComparison::default()), f.encode());
+        assert_eq!(
+            bytes_with_writer_fields(&f, &f, &FileComparison::default()),
+            f.encode()
+        );
         let raw = f.encode().unwrap();
         let v = judge_row(&row, &facts(FileFact::Read { file: f, raw }));
         assert_eq!(v.agrees, Some(true));
@@ -445,24 +470,48 @@ mod tests {
         let mut server = row.serialized.clone().unwrap();
         server.builder.xmax += 5;
         let raw = server.encode().unwrap();
-        let v = judge_row(&row, &facts(FileFact::Read { file: server.clone(), raw }));
+        let v = judge_row(
+            &row,
+            &facts(FileFact::Read {
+                file: server.clone(),
+                raw,
+            }),
+        );
         assert_eq!(v.agrees, None);
         let d = v.disagreement.unwrap();
         assert!(d.starts_with("undecided: writer-dependent xmax"), "{d}");
         // A decoder restarted elsewhere that writes exactly the server's file decides it.
-        let mut f = facts(FileFact::Read { file: server.clone(), raw: server.encode().unwrap() });
-        f.other_writers = vec![(Lsn(50), row.serialized.clone().unwrap()), (Lsn(40), server.clone())];
+        let mut f = facts(FileFact::Read {
+            file: server.clone(),
+            raw: server.encode().unwrap(),
+        });
+        f.other_writers = vec![
+            (Lsn(50), row.serialized.clone().unwrap()),
+            (Lsn(40), server.clone()),
+        ];
         // A possible writer is named, but nothing proves it was the writer: undecided.
         let v = judge_row(&row, &f);
         assert_eq!(v.agrees, None);
-        assert!(v.disagreement.unwrap().contains("consistent with a decoder restarted at 0/28"));
+        assert!(v
+            .disagreement
+            .unwrap()
+            .contains("consistent with a decoder restarted at 0/28"));
         // A catchange difference alone is false unless another writer reproduces it.
         let mut cat = row.serialized.clone().unwrap();
         cat.catchange_xip = vec![650];
         let raw = cat.encode().unwrap();
-        let v = judge_row(&row, &facts(FileFact::Read { file: cat.clone(), raw: raw.clone() }));
+        let v = judge_row(
+            &row,
+            &facts(FileFact::Read {
+                file: cat.clone(),
+                raw: raw.clone(),
+            }),
+        );
         assert_eq!(v.agrees, Some(false));
-        let mut f = facts(FileFact::Read { file: cat.clone(), raw });
+        let mut f = facts(FileFact::Read {
+            file: cat.clone(),
+            raw,
+        });
         f.other_writers = vec![(Lsn(40), cat)];
         let v = judge_row(&row, &f);
         assert_eq!(v.agrees, None);
@@ -489,25 +538,40 @@ mod tests {
         server.builder.last_serialized_snapshot = Lsn(100);
         server.builder.xmin = pred.builder.xmin + 2;
         let c = compare_with_server(&pred, &server, Some(ctx));
-        assert!(c.differences.is_empty() && c.writer_dependent.is_empty(), "{c:?}");
+        assert!(
+            c.differences.is_empty() && c.writer_dependent.is_empty(),
+            "{c:?}"
+        );
         assert_eq!(c.writer_xmin, Some(server.builder.xmin));
-        assert_eq!(bytes_with_writer_fields(&pred, &server, &c), server.encode());
+        assert_eq!(
+            bytes_with_writer_fields(&pred, &server, &c),
+            server.encode()
+        );
         // Committed xids older than that xmin were purged by the writer there.
         let mut pred2 = pred.clone();
         pred2.committed_xip = vec![pred.builder.xmin, pred.builder.xmin + 3];
         let mut server2 = server.clone();
         server2.committed_xip = vec![pred.builder.xmin + 3];
         let c = compare_with_server(&pred2, &server2, Some(ctx));
-        assert!(c.differences.is_empty() && c.writer_dependent.is_empty(), "{c:?}");
+        assert!(
+            c.differences.is_empty() && c.writer_dependent.is_empty(),
+            "{c:?}"
+        );
         assert!(c.committed_as_purged);
-        assert_eq!(bytes_with_writer_fields(&pred2, &server2, &c), server2.encode());
+        assert_eq!(
+            bytes_with_writer_fields(&pred2, &server2, &c),
+            server2.encode()
+        );
         server.builder.xmin += 1;
         let c = compare_with_server(&pred, &server, Some(ctx));
         assert_eq!(c.differences.len(), 1, "{c:?}");
         // Another last_serialized_snapshot: the writer's history is unknown.
         server.builder.last_serialized_snapshot = Lsn(90);
         let c = compare_with_server(&pred, &server, Some(ctx));
-        assert!(c.differences.is_empty() && c.writer_dependent.len() == 1, "{c:?}");
+        assert!(
+            c.differences.is_empty() && c.writer_dependent.len() == 1,
+            "{c:?}"
+        );
     }
 
     /// A hard difference stays false even when the committed list would be explained by
@@ -551,7 +615,13 @@ mod tests {
     fn broken_and_absent_files() {
         let row = serialize_row();
         let v = judge_row(&row, &facts(FileFact::Broken("bad magic".into())));
-        assert_eq!((v.agrees, v.disagreement.as_deref()), (Some(false), Some("bad magic")));
-        assert_eq!(judge_row(&row, &facts(FileFact::Absent)), Verdict::default());
+        assert_eq!(
+            (v.agrees, v.disagreement.as_deref()),
+            (Some(false), Some("bad magic"))
+        );
+        assert_eq!(
+            judge_row(&row, &facts(FileFact::Absent)),
+            Verdict::default()
+        );
     }
 }

@@ -89,7 +89,11 @@ fn snapbuild_slot_prediction(
         let Some(row) = ctx.next_row_or_raise(None) else {
             // The no-wait reader stopped at the flushed end. The server's reader would wait
             // for the record that crosses end_of_wal: do the same, briefly.
-            let last_end = if ctx.records > 0 { ctx.last_end } else { Lsn(0) };
+            let last_end = if ctx.records > 0 {
+                ctx.last_end
+            } else {
+                Lsn(0)
+            };
             if last_end >= end_of_wal || upto.is_some_and(|u| u <= last_end) || waited_ms >= 10_000
             {
                 break;

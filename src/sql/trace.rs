@@ -65,7 +65,10 @@ impl Iterator for TraceIter {
                 Err(e) => {
                     let mut row = e.row;
                     row.level = Some("ERROR");
-                    row.message = Some(e.error.message(&crate::adapter::snapfiles::path_for(row.lsn)));
+                    row.message = Some(
+                        e.error
+                            .message(&crate::adapter::snapfiles::path_for(row.lsn)),
+                    );
                     row.detail = None;
                     return Some(Traced {
                         row,
@@ -260,7 +263,8 @@ with_trace_columns!(trace_function! {
 /// The same replay as `snapbuild_trace`, as one JSON array (serde_json) for tools.
 #[pg_extern(strict)]
 fn snapbuild_trace_json(slot_name: PgName, all_records: default!(bool, false)) -> pgrx::Json {
-    let rows: Vec<Traced> = TraceIter::start(context::for_slot(&slot_name.0, all_records)).collect();
+    let rows: Vec<Traced> =
+        TraceIter::start(context::for_slot(&slot_name.0, all_records)).collect();
     pgrx::Json(serde_json::to_value(&rows).unwrap_or_else(|e| {
         raise(
             PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,

@@ -15,10 +15,10 @@ use snapbuild_core::replication::reorderbuffer::{historic_view, HistoricView};
 use snapbuild_core::replication::reorderbuffer::{CidResolver, TupleCidHash};
 use snapbuild_core::{Lsn, SnapBuildState};
 
+use crate::adapter::heap::tid;
 use crate::adapter::heap::{judge_relation, Server};
 use crate::adapter::snapfiles;
 use crate::adapter::{raise, raise_with_detail, server_major};
-use crate::adapter::heap::tid;
 use crate::context::{self, DecodingContext};
 use crate::sql::types::{xids, PgLsn, PgName, RegClass, Xid};
 

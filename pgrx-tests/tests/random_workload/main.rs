@@ -211,7 +211,10 @@ fn print_counts(
             if r.branch_is("serialize") && r.agrees.is_none() && r.agrees_or_possible_writer() {
                 writer_dependent += 1;
             }
-            if r.branch_is("serialize") && r.agrees.is_none() && r.raw.get("server_source").is_some_and(|v| !v.is_null()) {
+            if r.branch_is("serialize")
+                && r.agrees.is_none()
+                && r.raw.get("server_source").is_some_and(|v| !v.is_null())
+            {
                 undecided += 1;
             }
         }

@@ -50,7 +50,12 @@ impl ParsedXact {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum XactRecordError {
     /// The part named needs `need` bytes at offset `at`, and the data has `len`.
-    Short { what: &'static str, at: usize, need: usize, len: usize },
+    Short {
+        what: &'static str,
+        at: usize,
+        need: usize,
+        len: usize,
+    },
     /// A count is negative.
     NegativeCount { what: &'static str, count: i32 },
 }
@@ -58,7 +63,12 @@ pub enum XactRecordError {
 impl core::fmt::Display for XactRecordError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            XactRecordError::Short { what, at, need, len } => write!(
+            XactRecordError::Short {
+                what,
+                at,
+                need,
+                len,
+            } => write!(
                 f,
                 "{what} needs {need} bytes at offset {at} but the record has {len}"
             ),
@@ -94,7 +104,12 @@ impl<'a> Reader<'a> {
         usize::try_from(n).map_err(|_| XactRecordError::NegativeCount { what, count: n })
     }
     /// `n` items of `size` bytes, checked before anything is allocated.
-    fn array(&mut self, what: &'static str, n: usize, size: usize) -> Result<&'a [u8], XactRecordError> {
+    fn array(
+        &mut self,
+        what: &'static str,
+        n: usize,
+        size: usize,
+    ) -> Result<&'a [u8], XactRecordError> {
         let bytes = n.checked_mul(size).ok_or(XactRecordError::Short {
             what,
             at: self.pos,
@@ -132,7 +147,11 @@ fn stats_item_size(major: PgMajor) -> usize {
 /// record's `info` byte and main data, with bounds checks.
 ///
 /// Errors: [`XactRecordError`] when a part lies past the data or a count is negative.
-pub fn parse_commit_or_abort(major: PgMajor, info: u8, data: &[u8]) -> Result<ParsedXact, XactRecordError> {
+pub fn parse_commit_or_abort(
+    major: PgMajor,
+    info: u8,
+    data: &[u8],
+) -> Result<ParsedXact, XactRecordError> {
     let mut r = Reader { data, pos: 0 };
     r.take("xact_time", 8)?;
     let mut p = ParsedXact::default();
@@ -195,7 +214,11 @@ pub fn parse_prepare(major: PgMajor, data: &[u8]) -> Result<ParsedXact, XactReco
     // owner 24, nsubxacts 28, ncommitrels 32, nabortrels 36, then (15+) ncommitstats 40,
     // nabortstats 44; ninvalmsgs, initfileinval, gidlen (uint16), origin_lsn and
     // origin_timestamp follow.
-    let (ninval_at, gidlen_at, size) = if major.0 >= 15 { (48, 54, 72) } else { (40, 46, 64) };
+    let (ninval_at, gidlen_at, size) = if major.0 >= 15 {
+        (48, 54, 72)
+    } else {
+        (40, 46, 64)
+    };
     let mut r = Reader { data, pos: 0 };
     let head = r.take("xl_xact_prepare", size)?;
     let u32_at = |o: usize| u32::from_ne_bytes([head[o], head[o + 1], head[o + 2], head[o + 3]]);
@@ -206,7 +229,11 @@ pub fn parse_prepare(major: PgMajor, data: &[u8]) -> Result<ParsedXact, XactReco
     })?;
     let gidlen = u16::from_ne_bytes([head[gidlen_at], head[gidlen_at + 1]]) as usize;
     let mut p = ParsedXact {
-        xinfo: if u32_at(ninval_at) as i32 > 0 { XACT_XINFO_HAS_INVALS } else { 0 },
+        xinfo: if u32_at(ninval_at) as i32 > 0 {
+            XACT_XINFO_HAS_INVALS
+        } else {
+            0
+        },
         db_id: u32_at(12),
         twophase_xid: u32_at(8),
         ..ParsedXact::default()
@@ -215,7 +242,11 @@ pub fn parse_prepare(major: PgMajor, data: &[u8]) -> Result<ParsedXact, XactReco
     let gid = r.take("gid", maxalign(gidlen))?;
     // strncpy(gid, buf, gidlen): the gid ends at its NUL or after gidlen bytes.
     let g = &gid[..gidlen];
-    let end = g.iter().position(|c| *c == 0).unwrap_or(g.len()).min(GIDSIZE - 1);
+    let end = g
+        .iter()
+        .position(|c| *c == 0)
+        .unwrap_or(g.len())
+        .min(GIDSIZE - 1);
     p.gid = String::from_utf8_lossy(&g[..end]).into_owned();
     p.subxacts = xids(r.array("subxacts", nsub, 4)?);
     p.parsed_len = r.pos;
@@ -276,7 +307,10 @@ mod tests {
             assert_eq!((p.twophase_xid, p.gid.as_str()), (699, "g1"));
             // One byte less anywhere: an error, never a read past the end.
             for cut in 0..data.len() {
-                assert!(parse_commit_or_abort(PgMajor(major), XLOG_XACT_HAS_INFO, &data[..cut]).is_err());
+                assert!(
+                    parse_commit_or_abort(PgMajor(major), XLOG_XACT_HAS_INFO, &data[..cut])
+                        .is_err()
+                );
             }
         }
         // No xinfo: only the timestamp.
@@ -294,14 +328,23 @@ mod tests {
         let huge = commit_bytes(XACT_XINFO_HAS_SUBXACTS, &[&n(i32::MAX)]);
         assert!(matches!(
             parse_commit_or_abort(PgMajor(18), XLOG_XACT_HAS_INFO, &huge),
-            Err(XactRecordError::Short { what: "subxacts", .. })
+            Err(XactRecordError::Short {
+                what: "subxacts",
+                ..
+            })
         ));
         let neg = commit_bytes(XACT_XINFO_HAS_INVALS, &[&n(-1)]);
         assert_eq!(
             parse_commit_or_abort(PgMajor(18), XLOG_XACT_HAS_INFO, &neg),
-            Err(XactRecordError::NegativeCount { what: "invalidations", count: -1 })
+            Err(XactRecordError::NegativeCount {
+                what: "invalidations",
+                count: -1
+            })
         );
-        let no_nul = commit_bytes(XACT_XINFO_HAS_TWOPHASE | XACT_XINFO_HAS_GID, &[&7u32.to_ne_bytes(), b"abc"]);
+        let no_nul = commit_bytes(
+            XACT_XINFO_HAS_TWOPHASE | XACT_XINFO_HAS_GID,
+            &[&7u32.to_ne_bytes(), b"abc"],
+        );
         assert!(parse_commit_or_abort(PgMajor(18), XLOG_XACT_HAS_INFO, &no_nul).is_err());
     }
 

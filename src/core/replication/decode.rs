@@ -172,7 +172,10 @@ pub enum Payload {
     },
     /// A logical decoding message (`xl_logical_message`): transactional or not, and the
     /// database it was emitted in.
-    Message { transactional: bool, db_id: u32 },
+    Message {
+        transactional: bool,
+        db_id: u32,
+    },
     /// HEAP2 NEW_CID: the catalog tuple and command ids.
     NewCid(NewCid),
 }
@@ -947,8 +950,12 @@ mod tests {
         let mut r = Replay::new(&params(major, false, 0), 5);
         let mut with_file = |_: Lsn| -> RestoreResult { Ok(Some(file.clone())) };
         let rx = RunningXacts::new(running[0], 990, running);
-        r.feed(&head(0x500, RecordKind::RunningXacts, 0), &Payload::RunningXacts(rx), &mut with_file)
-            .unwrap();
+        r.feed(
+            &head(0x500, RecordKind::RunningXacts, 0),
+            &Payload::RunningXacts(rx),
+            &mut with_file,
+        )
+        .unwrap();
         assert_eq!(r.builder.state, SnapBuildState::Consistent);
         r
     }
@@ -973,7 +980,8 @@ mod tests {
         let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
         for major in [14, 15] {
             let mut r = restarted(major, &[top]);
-            r.feed(&head(0x600, RecordKind::Commit, top), &commit, &mut none).unwrap();
+            r.feed(&head(0x600, RecordKind::Commit, top), &commit, &mut none)
+                .unwrap();
             let mut committed = r.builder.committed_xip.clone();
             committed.sort_unstable();
             let mut want = subs.clone();
@@ -986,13 +994,15 @@ mod tests {
             // top level counts.
             let mut r = restarted(major, &[top]);
             r.builder.reorder.set_catalog_changes(top, Lsn(0x580));
-            r.feed(&head(0x600, RecordKind::Commit, top), &commit, &mut none).unwrap();
+            r.feed(&head(0x600, RecordKind::Commit, top), &commit, &mut none)
+                .unwrap();
             assert_eq!(r.builder.committed_xip, vec![top], "PG {major}");
             assert_eq!(r.builder.xmax, top + 1, "PG {major}");
         }
         // Not listed at the restart point: nothing is flagged.
         let mut r = restarted(15, &[940]);
-        r.feed(&head(0x600, RecordKind::Commit, top), &commit, &mut none).unwrap();
+        r.feed(&head(0x600, RecordKind::Commit, top), &commit, &mut none)
+            .unwrap();
         assert!(r.builder.committed_xip.is_empty());
     }
 

@@ -643,7 +643,12 @@ impl SnapBuild {
     /// top-level `x` listed in InitialRunningXacts and not yet flagged is flagged, and so
     /// is every subtransaction the commit record lists, each assigned to `x` first, since
     /// the record cannot say which of them changed the catalog.
-    pub fn xid_set_catalog_changes(&mut self, x: TransactionId, subxacts: &[TransactionId], lsn: Lsn) {
+    pub fn xid_set_catalog_changes(
+        &mut self,
+        x: TransactionId,
+        subxacts: &[TransactionId],
+        lsn: Lsn,
+    ) {
         if self.initial_running_xacts.is_empty() || self.reorder.has_catalog_changes(x) {
             return;
         }

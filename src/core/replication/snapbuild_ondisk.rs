@@ -415,8 +415,16 @@ mod tests {
         let mut huge = good.clone();
         huge[16 + 80..16 + 88].copy_from_slice(&u64::MAX.to_le_bytes());
         let e = SnapBuildOnDisk::decode(&huge, 6).unwrap_err();
-        assert_eq!(e, OnDiskError::AllocTooLarge { size: u64::MAX.wrapping_mul(4) });
-        assert_eq!(e.message("x"), "invalid memory alloc request size 18446744073709551612");
+        assert_eq!(
+            e,
+            OnDiskError::AllocTooLarge {
+                size: u64::MAX.wrapping_mul(4)
+            }
+        );
+        assert_eq!(
+            e.message("x"),
+            "invalid memory alloc request size 18446744073709551612"
+        );
         assert!(e.is_internal_error());
         let mut over = good.clone();
         over[16 + 80..16 + 88].copy_from_slice(&(MAX_ALLOC_SIZE / 4 + 1).to_le_bytes());

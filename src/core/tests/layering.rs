@@ -347,6 +347,13 @@ fn extension_layers_call_only_downwards() {
             }
         }
     }
-    assert!(files_read >= 8, "only {files_read} files of src/adapter and src/context read");
-    assert!(bad.is_empty(), "references against the layering:\n{}", bad.join("\n"));
+    assert!(
+        files_read >= 8,
+        "only {files_read} files of src/adapter and src/context read"
+    );
+    assert!(
+        bad.is_empty(),
+        "references against the layering:\n{}",
+        bad.join("\n")
+    );
 }
