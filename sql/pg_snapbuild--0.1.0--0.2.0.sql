@@ -1,9 +1,36 @@
 -- pg_snapbuild 0.1.0 -> 0.2.0 (ALTER EXTENSION pg_snapbuild UPDATE TO '0.2.0').
 --
--- Nothing to change in the database. 0.2.0 only moved the REVOKE/GRANT block from src/lib.rs
--- to sql/privileges.sql and started versioned install scripts. The install scripts that
--- `cargo pgrx schema` generates for 0.1.0 (frozen as sql/pg_snapbuild--0.1.0.sql) and for 0.2.0
--- differ in comments only: the same 11 functions with the same signatures, defaults, result
--- columns, attributes, C symbols and privileges. pgrx-tests/regress/sql/upgrade.sql checks that
--- an updated 0.1.0 equals a fresh 0.2.0 install.
+-- 0.2.0 moved the REVOKE/GRANT block from src/lib.rs to sql/privileges.sql, started versioned
+-- install scripts, and changed one function:
+-- - snapbuild_slot_prediction gains `by_advance bool DEFAULT false` (predict
+--   pg_replication_slot_advance instead of pg_logical_slot_get_changes): dropped and created
+--   again with the signature `cargo pgrx schema` generates for 0.2.0, privileges as in
+--   sql/privileges.sql.
+-- Every other function is unchanged (same signature, defaults, result columns, attributes, C
+-- symbol and privileges). pgrx-tests/regress/sql/upgrade.sql checks that an updated 0.1.0
+-- equals a fresh 0.2.0 install.
 \echo Use "ALTER EXTENSION pg_snapbuild UPDATE TO '0.2.0'" to load this file. \quit
+
+DROP FUNCTION snapbuild_slot_prediction(name, pg_lsn);
+CREATE FUNCTION "snapbuild_slot_prediction"(
+	"slot_name" name,
+	"upto_lsn" pg_lsn DEFAULT NULL,
+	"by_advance" bool DEFAULT false
+) RETURNS TABLE (
+	"decoded_to" pg_lsn,
+	"records" bigint,
+	"current_catalog_xmin" xid,
+	"current_restart_lsn" pg_lsn,
+	"current_confirmed_flush" pg_lsn,
+	"predicted_catalog_xmin" xid,
+	"predicted_restart_lsn" pg_lsn,
+	"predicted_confirmed_flush" pg_lsn,
+	"predicted_candidate_catalog_xmin" xid,
+	"predicted_candidate_xmin_lsn" pg_lsn,
+	"predicted_candidate_restart_valid" pg_lsn,
+	"predicted_candidate_restart_lsn" pg_lsn
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'snapbuild_slot_prediction_wrapper';
+REVOKE ALL ON FUNCTION snapbuild_slot_prediction(name, pg_lsn, bool) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION snapbuild_slot_prediction(name, pg_lsn, bool) TO pg_read_server_files;

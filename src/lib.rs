@@ -258,7 +258,7 @@ mod tests {
         let start = (log << 32) + seg * seg_size + pg_sys::XLOG_BLCKSZ as u64;
         // 14's reader cannot look for the first record after a position: start at the
         // last checkpoint record there (fewer records follow it).
-        let major = crate::adapter::server_major().0;
+        let major = crate::adapter::server_version().major;
         let start_sql = if major == 14 {
             "(SELECT checkpoint_lsn FROM pg_control_checkpoint())".to_string()
         } else {

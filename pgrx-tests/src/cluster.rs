@@ -211,6 +211,84 @@ impl Env {
     pub fn snapshots_dir(&self) -> PathBuf {
         self.pgdata.join("pg_logical").join("snapshots")
     }
+
+    /// Restarts the server with `pg_ctl restart -m fast` (a clean shutdown: a shutdown
+    /// checkpoint, slots saved) or `-m immediate` (a crash: recovery replays the WAL, slots
+    /// come back as last saved). As the OS user `postgres` (through `sudo -n` when running
+    /// as another user), with the `pg_ctl` found first in `PATH` (`cluster.sh env` puts
+    /// the cluster's `bin` there) and the log kept at `PGSNAP_LOG`. Every connection is
+    /// gone afterwards.
+    pub fn restart(&self, immediate: bool) -> Result<(), String> {
+        let pg_ctl = std::env::var_os("PATH")
+            .and_then(|p| {
+                std::env::split_paths(&p)
+                    .map(|d| d.join("pg_ctl"))
+                    .find(|f| f.is_file())
+            })
+            .ok_or("pg_ctl is not in PATH (eval \"$(scripts/cluster.sh env MAJOR)\")")?;
+        let as_root = std::env::var("USER").as_deref() != Ok("postgres")
+            && std::process::Command::new("id")
+                .arg("-un")
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim() != "postgres")
+                .unwrap_or(true);
+        let mut cmd = if as_root {
+            let mut c = std::process::Command::new("sudo");
+            c.args(["-n", "-u", "postgres", "--"]).arg(&pg_ctl);
+            c
+        } else {
+            std::process::Command::new(&pg_ctl)
+        };
+        let mode = if immediate { "immediate" } else { "fast" };
+        let out = cmd
+            .current_dir("/")
+            .arg("restart")
+            .arg("-D")
+            .arg(&self.pgdata)
+            .args(["-m", mode, "-w", "-t", "120", "-l"])
+            .arg(&self.log)
+            .output()
+            .map_err(|e| format!("{}: {e}", pg_ctl.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "pg_ctl restart -m {mode} failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(())
+    }
+
+    /// The same cluster, database `dbname`: created if missing, with pg_snapbuild in it
+    /// (slots are per database; tests with several databases connect through this).
+    pub fn in_database(&self, dbname: &str) -> Env {
+        let mut c = self.connect("pgsnap-setup");
+        let exists: bool = c
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)",
+                &[&dbname],
+            )
+            .unwrap()
+            .get(0);
+        if !exists {
+            c.batch_execute(&format!("CREATE DATABASE {dbname}"))
+                .unwrap_or_else(|e| panic!("CREATE DATABASE {dbname}: {}", err_text(&e)));
+        }
+        let other = Env {
+            dbname: dbname.to_owned(),
+            ..self.clone()
+        };
+        other
+            .connect("pgsnap-setup")
+            .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_snapbuild")
+            .unwrap_or_else(|e| {
+                panic!(
+                    "CREATE EXTENSION pg_snapbuild in {dbname}: {}",
+                    err_text(&e)
+                )
+            });
+        other
+    }
 }
 
 /// The server's WAL flush position.

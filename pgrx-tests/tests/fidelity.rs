@@ -13,6 +13,10 @@
 //!   possible writer, and names xmax; with the server's own bytes back its verdict returns.
 //! - f4: a `.snap` file whose committed count needs more than MaxAllocSize: the server's
 //!   error (pg_logicalinspect on 18), SQLSTATE XX000 "invalid memory alloc request size".
+//! - f5: a target inside a record that crosses a page (a flush position the WAL writer
+//!   can leave): `pg_replication_slot_advance` confirms the target itself, get_changes the
+//!   end of the record it read; `snapbuild_slot_prediction` (with and without
+//!   `by_advance`) predicts each slot's confirmed_flush as the server then sets it.
 //!
 //! The overflowed-subtransaction shape of the same issue is scenario c2
 //! (`tests/scenarios.rs`).
@@ -287,4 +291,81 @@ fn f4_count_past_max_alloc_size_is_the_servers_error() {
     if let Some(server) = server {
         assert_eq!(server, ours, "pg_logicalinspect's error for the same file");
     }
+}
+
+/// The slot's confirmed_flush as `pg_replication_slots` shows it.
+fn confirmed_flush(c: &mut Client, slot: &str) -> String {
+    c.query_one(
+        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+        &[&slot],
+    )
+    .unwrap()
+    .get(0)
+}
+
+#[test]
+fn f5_advance_confirms_its_target_get_changes_the_record_end() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let (by_get, by_advance) = ("pgsnap_fid_get", "pgsnap_fid_adv");
+    let _s1 = SlotGuard::new(&env, by_get);
+    let _s2 = SlotGuard::new(&env, by_advance);
+    create_slot(&env, by_get);
+    create_slot(&env, by_advance);
+    // A 20 kB non-transactional message: one record crossing at least two page
+    // boundaries. pg_logical_emit_message returns where its record ends; the record starts
+    // 20 kB or more before that, so the last page boundary before its end lies inside it.
+    let big: String = c
+        .query_one(
+            "SELECT pg_logical_emit_message(false, 'p', repeat('x', 20000))::text",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    // A commit that wrote WAL flushes it (one that only took an xid does not).
+    c.batch_execute("BEGIN; SELECT pg_logical_emit_message(true, 'p', 'flush'); COMMIT")
+        .unwrap();
+    let end = parse_lsn(&big);
+    let target = (end - 1) / 8192 * 8192;
+    assert!(end - target <= 8192 && target % 8192 == 0);
+    let t = fmt_lsn(target);
+    let predict = |c: &mut Client, slot: &str, advance: bool| -> String {
+        c.query_one(
+            "SELECT predicted_confirmed_flush::text FROM snapbuild_slot_prediction($1, $2::text::pg_lsn, $3)",
+            &[&slot, &t, &advance],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let predicted_get = predict(&mut c, by_get, false);
+    let predicted_advance = predict(&mut c, by_advance, true);
+    c.query(
+        "SELECT count(*) FROM pg_logical_slot_get_changes($1, $2::text::pg_lsn, NULL)",
+        &[&by_get, &t],
+    )
+    .unwrap();
+    c.query(
+        "SELECT * FROM pg_replication_slot_advance($1, $2::text::pg_lsn)",
+        &[&by_advance, &t],
+    )
+    .unwrap();
+    let server_get = confirmed_flush(&mut c, by_get);
+    let server_advance = confirmed_flush(&mut c, by_advance);
+    println!(
+        "pgsnap-counts: f5 PG{} message record ending at {big}, target {t}: get_changes predicted {predicted_get} server {server_get}; advance predicted {predicted_advance} server {server_advance}",
+        env.major
+    );
+    assert_ne!(
+        server_get, server_advance,
+        "the shape: the two ways of consuming should confirm different positions"
+    );
+    assert_eq!(
+        predicted_get, server_get,
+        "confirmed_flush after get_changes"
+    );
+    assert_eq!(
+        predicted_advance, server_advance,
+        "confirmed_flush after pg_replication_slot_advance"
+    );
 }

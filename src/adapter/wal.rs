@@ -319,7 +319,7 @@ impl WalReader {
                 | RecordKind::Abort
                 | RecordKind::AbortPrepared
                 | RecordKind::Prepare => {
-                    let major = crate::adapter::server_major();
+                    let major = crate::adapter::server_version();
                     let parsed = if kind == RecordKind::Prepare {
                         xactdesc::parse_prepare(major, data)
                     } else {

@@ -105,7 +105,7 @@ impl DecodingContext {
         });
         let stopped = reader.is_none().then_some(Stop::NothingFlushedYet);
         DecodingContext {
-            version: input.params.major.snapbuild_version(),
+            version: input.params.version.snapbuild_version(),
             last_end: input.start,
             input,
             replay,

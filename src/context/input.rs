@@ -7,7 +7,7 @@ use snapbuild_core::{BuilderParams, Lsn};
 
 use crate::adapter::slots::{find_slot, SlotCopy};
 use crate::adapter::wal::flush_lsn;
-use crate::adapter::{raise, server_major};
+use crate::adapter::{raise, server_version};
 
 /// What to replay and against which server facts.
 pub struct ReplayInput {
@@ -36,7 +36,7 @@ pub struct ReplayInput {
 pub fn params_for_slot(slot: &SlotCopy) -> BuilderParams {
     let creating = slot.in_creation();
     BuilderParams {
-        major: server_major(),
+        version: server_version(),
         initial_xmin_horizon: if creating { slot.catalog_xmin } else { 0 },
         start_decoding_at: Lsn(if creating { 0 } else { slot.confirmed_flush }),
         building_full_snapshot: false,
@@ -82,7 +82,7 @@ pub fn for_slot_copy(slot: SlotCopy, all_records: bool) -> ReplayInput {
         } else {
             "restarted"
         },
-        params.major.0
+        params.version.major
     );
     ReplayInput {
         slot_db: slot.datoid,
@@ -152,7 +152,7 @@ pub struct RangeArgs {
 pub fn for_range(a: RangeArgs) -> ReplayInput {
     let (start, end) = validate_input_lsns(a.start_lsn, a.end_lsn);
     let params = BuilderParams {
-        major: server_major(),
+        version: server_version(),
         initial_xmin_horizon: a.initial_xmin_horizon.unwrap_or(0),
         start_decoding_at: Lsn(a.start_decoding_at.unwrap_or(0)),
         building_full_snapshot: a.building_full_snapshot,
@@ -170,7 +170,7 @@ pub fn for_range(a: RangeArgs) -> ReplayInput {
         end,
         label: format!(
             "replaying from {start} with explicit parameters (PostgreSQL {} rules)",
-            params.major.0
+            params.version.major
         ),
         params,
         slot: None,

@@ -396,14 +396,14 @@ pub fn judge_row(row: &TraceRow, facts: &ServerFacts) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::include::version::PgMajor;
+    use crate::include::version::PgVersion;
     use crate::replication::decode::{Payload, RecordHead, RecordKind, Replay};
     use crate::replication::snapbuild::{BuilderParams, RestoreResult};
 
     /// A consistent replay (branch a) that then serializes at a shutdown checkpoint.
     fn serialize_row() -> TraceRow {
         let p = BuilderParams {
-            major: PgMajor(18),
+            version: PgVersion::newest(18),
             initial_xmin_horizon: 0,
             start_decoding_at: Lsn(0),
             building_full_snapshot: false,

@@ -33,7 +33,7 @@ pub use include::snapbuild::SnapBuildState;
 pub use include::snapshot::HistoricSnapshot;
 pub use include::standbydefs::RunningXacts;
 pub use include::transam::TransactionId;
-pub use include::version::PgMajor;
+pub use include::version::PgVersion;
 pub use include::xlogdefs::Lsn;
 pub use replication::decode::{Replay, TraceRow};
 pub use replication::snapbuild::{Branch, BuilderParams, RestoreResult, SnapBuild};

@@ -1,5 +1,6 @@
-//! `snapbuild_slot_prediction(slot_name, upto_lsn)`: where the slot's catalog_xmin,
-//! restart_lsn and candidates will stand after one more `pg_logical_slot_get_changes`.
+//! `snapbuild_slot_prediction(slot_name, upto_lsn, by_advance)`: where the slot's
+//! catalog_xmin, restart_lsn and candidates will stand after one more
+//! `pg_logical_slot_get_changes` (or `pg_replication_slot_advance`).
 
 use pgrx::prelude::*;
 use snapbuild_core::replication::logical::SlotModel;
@@ -27,13 +28,22 @@ fn opt_lsn(l: Lsn) -> Option<PgLsn> {
 /// it), and the end of that record is confirmed (LogicalConfirmReceivedLocation). One row: the slot now (`current_*`) and
 /// predicted (`predicted_*`), the position decoded to, and records read.
 ///
+/// With `by_advance` it predicts `pg_replication_slot_advance(slot_name, upto_lsn)` instead
+/// (logical.c LogicalSlotAdvanceAndCheckSnapState, a fast-forward decoder): the target is
+/// `upto_lsn` capped at the flush position (the flush position when NULL), records are read
+/// while the last one ends before the target (again waiting for one that crosses it), and
+/// the target itself is confirmed, not the end of the last record read. The two differ
+/// when the target falls inside a record (a flush position in the middle of a record that
+/// crosses a page).
+///
 /// Errors: as `snapbuild_trace`; `object_not_in_prerequisite_state` for a slot still
-/// being created; `null_value_not_allowed` for a NULL slot_name.
+/// being created; `null_value_not_allowed` (22004) for a NULL slot_name or by_advance.
 #[pg_extern]
 #[allow(clippy::type_complexity)]
 fn snapbuild_slot_prediction(
     slot_name: Option<PgName>,
     upto_lsn: default!(Option<PgLsn>, "NULL"),
+    by_advance: default!(Option<bool>, false),
 ) -> TableIterator<
     'static,
     (
@@ -55,6 +65,12 @@ fn snapbuild_slot_prediction(
         raise(
             PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
             "slot_name must not be NULL",
+        )
+    };
+    let Some(by_advance) = by_advance else {
+        raise(
+            PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+            "by_advance must not be NULL",
         )
     };
     let slot = find_slot(&slot_name.0);
@@ -84,6 +100,13 @@ fn snapbuild_slot_prediction(
     // position it saw at its start (waiting for a record that crosses it), and stops early
     // at the first record ending at or after upto_lsn.
     let end_of_wal = flush_lsn();
+    // pg_replication_slot_advance: the target, capped at the flush position; decoding goes
+    // on while the last record ended before it.
+    let moveto = by_advance.then(|| upto.map_or(end_of_wal, |u| u.min(end_of_wal)));
+    let done = |last_end: Lsn| match moveto {
+        Some(m) => last_end >= m,
+        None => upto.is_some_and(|u| u <= last_end) || last_end >= end_of_wal,
+    };
     let mut waited_ms = 0;
     loop {
         let Some(row) = ctx.next_row_or_raise(None) else {
@@ -94,8 +117,7 @@ fn snapbuild_slot_prediction(
             } else {
                 Lsn(0)
             };
-            if last_end >= end_of_wal || upto.is_some_and(|u| u <= last_end) || waited_ms >= 10_000
-            {
+            if done(last_end) || waited_ms >= 10_000 {
                 break;
             }
             let before = std::time::Instant::now();
@@ -112,7 +134,7 @@ fn snapbuild_slot_prediction(
         if let Some((lsn, restart)) = row.candidate_restart {
             model.increase_restart(lsn, restart);
         }
-        if upto.is_some_and(|u| u <= ctx.last_end) || ctx.last_end >= end_of_wal {
+        if done(ctx.last_end) {
             break;
         }
     }
@@ -122,7 +144,8 @@ fn snapbuild_slot_prediction(
         (Lsn(0), 0)
     };
     if last_end.is_valid() {
-        model.confirm(last_end);
+        // get_changes confirms the end of the last record read; advance, its target
+        model.confirm(moveto.unwrap_or(last_end));
     }
     TableIterator::once((
         opt_lsn(last_end),

@@ -3,7 +3,7 @@
 use pgrx::prelude::*;
 use snapbuild_core::SnapBuildOnDisk;
 
-use crate::adapter::{server_major, snapfiles};
+use crate::adapter::{server_version, snapfiles};
 use crate::sql::types::{xids, PgLsn, Xid};
 
 /// The decoded columns shared by both functions, in pg_logicalinspect's order after the
@@ -92,7 +92,7 @@ fn snapbuild_snapshot_info(
         name!(catchange_xip, Option<Vec<Xid>>),
     ),
 > {
-    let version = server_major().snapbuild_version();
+    let version = server_version().snapbuild_version();
     let (_, file) = snapfiles::read_named(filename, version).unwrap_or_else(|e| e.raise());
     TableIterator::once(info_row(&file))
 }
@@ -132,7 +132,7 @@ fn snapbuild_snapshot_files() -> TableIterator<
         name!(error, Option<String>),
     ),
 > {
-    let version = server_major().snapbuild_version();
+    let version = server_version().snapbuild_version();
     let entries = snapfiles::list().unwrap_or_else(|e| {
         crate::adapter::raise(
             PgSqlErrorCode::ERRCODE_IO_ERROR,

@@ -49,7 +49,7 @@ impl Iterator for TraceIter {
         if let Some(r) = self.start_row.take() {
             return Some(r);
         }
-        let version = self.ctx.input.params.major.snapbuild_version();
+        let version = self.ctx.input.params.version.snapbuild_version();
         loop {
             match self.ctx.next_row()? {
                 Ok(row) => {

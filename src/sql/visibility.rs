@@ -18,7 +18,7 @@ use snapbuild_core::{Lsn, SnapBuildState};
 use crate::adapter::heap::tid;
 use crate::adapter::heap::{judge_relation, Server};
 use crate::adapter::snapfiles;
-use crate::adapter::{raise, raise_with_detail, server_major};
+use crate::adapter::{raise, raise_with_detail, server_version};
 use crate::context::{self, DecodingContext};
 use crate::sql::types::{xids, PgLsn, PgName, RegClass, Xid};
 
@@ -211,7 +211,7 @@ fn snapbuild_historic_snapshot_from_file(
         name!(builder_state, String),
     ),
 > {
-    let version = server_major().snapbuild_version();
+    let version = server_version().snapbuild_version();
     let (lsn, file) = snapfiles::read_named(filename, version).unwrap_or_else(|e| e.raise());
     let state = SnapBuildState::from_raw(file.builder.state);
     if state.is_none_or(|s| s < SnapBuildState::FullSnapshot) {

@@ -31,3 +31,4 @@ SELECT pg_temp.err($$SELECT * FROM snapbuild_trace_range('FFFFFFFF/0')$$) LIKE '
 SELECT pg_temp.err($$SELECT * FROM snapbuild_trace_range(pg_current_wal_flush_lsn(), in_slot_creation => NULL)$$);
 SELECT pg_temp.err($$SELECT * FROM snapbuild_trace_range(pg_current_wal_flush_lsn(), all_records => NULL)$$);
 SELECT pg_temp.err($$SELECT * FROM snapbuild_slot_prediction(NULL)$$);
+SELECT pg_temp.err($$SELECT * FROM snapbuild_slot_prediction('no_such_slot', by_advance => NULL)$$);

@@ -69,8 +69,14 @@ pub fn check_predictions(_: &[&Step], o: &Outcome) -> Vec<String> {
                 for (name, pred, server) in fields {
                     if pred != server {
                         f.push(format!(
-                            "{} after get_changes up to {}: {name} predicted {pred:?}, server {server:?}",
-                            p.slot, p.upto
+                            "{} after {} up to {}: {name} predicted {pred:?}, server {server:?}",
+                            p.slot,
+                            if p.advance {
+                                "pg_replication_slot_advance"
+                            } else {
+                                "get_changes"
+                            },
+                            p.upto
                         ));
                     }
                 }

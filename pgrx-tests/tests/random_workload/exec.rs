@@ -2,7 +2,7 @@
 //! creations in their own threads) and observes what the server and the replay say.
 
 use crate::steps::Action;
-use crate::{two_phase, P, SESSIONS, SLOTS, TABLES};
+use crate::{session_db, slot_db, two_phase, P, SECOND_DB, SESSIONS, SLOTS, TABLES};
 use pg_snapbuild_tests::*;
 use postgres::Client;
 use std::collections::HashMap;
@@ -16,6 +16,8 @@ pub type FieldPair = (&'static str, Option<String>, Option<String>);
 pub struct Prediction {
     pub slot: String,
     pub upto: String,
+    /// By `pg_replication_slot_advance` (else `pg_logical_slot_get_changes`).
+    pub advance: bool,
     /// (field, predicted, server) or the error of `snapbuild_slot_prediction`.
     pub fields: Result<Vec<FieldPair>, String>,
 }
@@ -85,10 +87,15 @@ fn pred_columns(prefix: &str) -> String {
 /// prepared transactions, tables of the prefix) when dropped unless told to keep them.
 pub struct Exec<'e> {
     env: &'e Env,
+    /// The environment of each database ([`session_db`], [`slot_db`]): the test's, then
+    /// [`SECOND_DB`].
+    dbs: Vec<Env>,
     pub prefix: String,
     replay: bool,
     keep: bool,
     admin: Client,
+    /// The admin session of database 1.
+    admin_b: Client,
     sessions: Vec<Client>,
     creations: Vec<Option<Creation>>,
     guards: Vec<SlotGuard>,
@@ -129,32 +136,28 @@ pub fn cleanup_prefix(c: &mut Client, prefix: &str) -> Vec<String> {
 
 impl<'e> Exec<'e> {
     pub fn new(env: &'e Env, prefix: &str, replay: bool, keep: bool) -> Exec<'e> {
+        let dbs = vec![env.clone(), env.in_database(SECOND_DB)];
         let mut admin = env.connect("pgsnap-rw-admin");
+        let mut admin_b = dbs[1].connect("pgsnap-rw-admin-b");
         let guards: Vec<SlotGuard> = (0..SLOTS)
             .map(|i| SlotGuard::new(env, &slot_name(prefix, i)))
             .collect();
-        cleanup_prefix(&mut admin, prefix);
-        for t in 0..TABLES {
-            admin
-                .batch_execute(&format!("CREATE TABLE {prefix}_t{t}(a int, b text)"))
-                .unwrap();
+        for c in [&mut admin, &mut admin_b] {
+            cleanup_prefix(c, prefix);
+            for t in 0..TABLES {
+                c.batch_execute(&format!("CREATE TABLE {prefix}_t{t}(a int, b text)"))
+                    .unwrap();
+            }
         }
-        // One driver thread runs all sessions, so a statement that waits for another
-        // session's lock would wait forever: lock_timeout turns that into an error (and a
-        // rollback), which is part of the workload.
-        let sessions = (0..SESSIONS)
-            .map(|i| {
-                let mut c = env.connect(&format!("pgsnap-rw-{i}"));
-                c.batch_execute("SET lock_timeout = '100ms'").unwrap();
-                c
-            })
-            .collect();
+        let sessions = Self::connect_sessions(&dbs);
         Exec {
             env,
+            dbs,
             prefix: prefix.to_owned(),
             replay,
             keep,
             admin,
+            admin_b,
             sessions,
             creations: (0..SLOTS).map(|_| None).collect(),
             guards,
@@ -165,6 +168,41 @@ impl<'e> Exec<'e> {
                 ..Outcome::default()
             },
         }
+    }
+
+    /// The sessions, each in its database. One driver thread runs all sessions, so a
+    /// statement that waits for another session's lock would wait forever: lock_timeout
+    /// turns that into an error (and a rollback), which is part of the workload.
+    fn connect_sessions(dbs: &[Env]) -> Vec<Client> {
+        (0..SESSIONS)
+            .map(|i| {
+                let mut c = dbs[session_db(i)].connect(&format!("pgsnap-rw-{i}"));
+                c.batch_execute("SET lock_timeout = '100ms'").unwrap();
+                c
+            })
+            .collect()
+    }
+
+    /// The admin session of database `db`.
+    fn admin_in(&mut self, db: usize) -> &mut Client {
+        if db == 0 {
+            &mut self.admin
+        } else {
+            &mut self.admin_b
+        }
+    }
+
+    /// Restarts the server (see [`Env::restart`]) and reconnects every session. Refused
+    /// while a creation runs (its session would die with an error, not a verdict).
+    fn restart(&mut self, immediate: bool) -> Result<(), String> {
+        if self.creations.iter().any(Option::is_some) {
+            return Err("skipped: a slot's creation is running".into());
+        }
+        self.env.restart(immediate)?;
+        self.admin = self.dbs[0].connect("pgsnap-rw-admin");
+        self.admin_b = self.dbs[1].connect("pgsnap-rw-admin-b");
+        self.sessions = Self::connect_sessions(&self.dbs);
+        Ok(())
     }
 
     fn sql(&self, s: &str) -> String {
@@ -196,17 +234,21 @@ impl<'e> Exec<'e> {
                 let sql = self.sql(sql);
                 self.sessions[*s].batch_execute(&sql).map_err(e)
             }
-            Action::Admin(sql) => {
+            Action::Admin { db, sql } => {
                 let sql = self.sql(sql);
-                self.admin.batch_execute(&sql).map_err(e)
+                self.admin_in(*db).batch_execute(&sql).map_err(e)
             }
             Action::StandbySnapshot => self
                 .admin
                 .batch_execute(self.env.standby_snapshot_sql())
                 .map_err(e),
             Action::CreateStart(i) => {
-                let cr =
-                    Creation::start_with(self.env, &self.slot(*i), "test_decoding", two_phase(*i));
+                let cr = Creation::start_with(
+                    &self.dbs[slot_db(*i)],
+                    &self.slot(*i),
+                    "test_decoding",
+                    two_phase(*i),
+                );
                 self.creations[*i] = Some(cr);
                 Ok(())
             }
@@ -219,9 +261,11 @@ impl<'e> Exec<'e> {
                     "SELECT count(*) FROM pg_logical_slot_peek_changes('{}', NULL, NULL)",
                     self.slot(*i)
                 );
-                self.admin.batch_execute(&sql).map_err(e)
+                self.admin_in(slot_db(*i)).batch_execute(&sql).map_err(e)
             }
-            Action::Get(i) => self.get(*i),
+            Action::Get(i) => self.get(*i, false),
+            Action::Advance(i) => self.get(*i, true),
+            Action::Restart { immediate } => self.restart(*immediate),
         }
     }
 
@@ -243,42 +287,44 @@ impl<'e> Exec<'e> {
         Ok(())
     }
 
-    /// `get_changes` of slot i up to the flush position, after the replay's prediction of
-    /// the slot it leaves behind (logical.c's candidate handling and the final confirm),
-    /// which is recorded beside what the server left.
-    fn get(&mut self, i: usize) -> Result<(), String> {
+    /// `get_changes` (or, `advance`, `pg_replication_slot_advance`: a fast-forward decoder
+    /// confirming the target) of slot i up to the flush position, after the replay's
+    /// prediction of the slot it leaves behind (logical.c's candidate handling and the
+    /// final confirm), which is recorded beside what the server left.
+    fn get(&mut self, i: usize, advance: bool) -> Result<(), String> {
         let e = |e: postgres::Error| err_text(&e);
         if self.out.created[i].is_none() {
             return Err("skipped: the slot's creation has not returned".into());
         }
         let slot = self.slot(i);
         self.out.consumed[i] = true;
-        // A committed transaction with an xid flushes the WAL to its commit's end, so the
-        // flush position is a record boundary: otherwise it can sit in the middle of a
-        // record that crosses a page (the WAL writer flushes full pages only), which
-        // get_changes waits for however long it takes and the prediction only briefly.
-        self.admin
+        let admin = self.admin_in(slot_db(i));
+        // A transaction that only takes an xid writes no WAL before its commit record, so
+        // its commit does not wait for a flush: the flush position is where the WAL writer
+        // left it, often inside a record that crosses a page (it flushes full pages). That
+        // is kept on purpose: get_changes then reads the record that crosses it (waiting
+        // for it, as the prediction does for up to 10 s) and confirms its end, while
+        // pg_replication_slot_advance confirms the target itself (pgrx-tests fidelity f5).
+        admin
             .batch_execute("BEGIN; SELECT pg_current_xact_id(); COMMIT")
             .map_err(e)?;
-        let upto = fmt_lsn(flush_lsn(&mut self.admin));
-        let predicted = self
-            .admin
+        let upto = fmt_lsn(flush_lsn(admin));
+        let predicted = admin
             .query_one(
                 &format!(
-                    "SELECT {} FROM snapbuild_slot_prediction($1::name, $2::text::pg_lsn)",
+                    "SELECT {} FROM snapbuild_slot_prediction($1::name, $2::text::pg_lsn, $3)",
                     pred_columns("predicted_")
                 ),
-                &[&slot, &upto],
+                &[&slot, &upto, &advance],
             )
             .map_err(e);
-        self.admin
-            .execute(
-                "SELECT count(*) FROM pg_logical_slot_get_changes($1, $2::text::pg_lsn, NULL)",
-                &[&slot, &upto],
-            )
-            .map_err(e)?;
-        let actual = self
-            .admin
+        let consume = if advance {
+            "SELECT count(*) FROM pg_replication_slot_advance($1, $2::text::pg_lsn)"
+        } else {
+            "SELECT count(*) FROM pg_logical_slot_get_changes($1, $2::text::pg_lsn, NULL)"
+        };
+        admin.execute(consume, &[&slot, &upto]).map_err(e)?;
+        let actual = admin
             .query_one(
                 &format!(
                     "SELECT {} FROM snapbuild_slots() WHERE slot_name = $1",
@@ -292,7 +338,12 @@ impl<'e> Exec<'e> {
                 .map(|k| (PRED_FIELDS[k], p.get(k), actual.get(k)))
                 .collect()
         });
-        self.out.predictions.push(Prediction { slot, upto, fields });
+        self.out.predictions.push(Prediction {
+            slot,
+            upto,
+            advance,
+            fields,
+        });
         Ok(())
     }
 
@@ -318,23 +369,27 @@ impl<'e> Exec<'e> {
             let _ = c.batch_execute("ROLLBACK");
         }
         let like = format!("{}\\_%", self.prefix);
-        let gids: Vec<String> = self
-            .admin
-            .query(
-                "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE $1",
-                &[&like],
-            )
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        for gid in gids {
-            let _ = self
-                .admin
-                .batch_execute(&format!("ROLLBACK PREPARED '{gid}'"));
-            self.out.epilogue.push(format!(
-                "ROLLBACK PREPARED '{gid}' (left prepared by this list)"
-            ));
+        for db in 0..2 {
+            let admin = if db == 0 {
+                &mut self.admin
+            } else {
+                &mut self.admin_b
+            };
+            let gids: Vec<String> = admin
+                .query(
+                    "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE $1",
+                    &[&like],
+                )
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            for gid in gids {
+                let _ = admin.batch_execute(&format!("ROLLBACK PREPARED '{gid}'"));
+                self.out.epilogue.push(format!(
+                    "ROLLBACK PREPARED '{gid}' (left prepared by this list, database {db})"
+                ));
+            }
         }
         for _ in 0..3 {
             let t0 = format!("{}_t0", self.prefix);
@@ -362,10 +417,11 @@ impl<'e> Exec<'e> {
 
     fn observe(&mut self, idx: usize, created: Created) -> SlotObs {
         let name = self.slot(idx);
+        let db = slot_db(idx);
         let e = |e: postgres::Error| err_text(&e);
         let creation_consistent_at = (!self.out.consumed[idx]).then(|| {
             json_rows(
-                &mut self.admin,
+                self.admin_in(db),
                 "SELECT end_lsn::text AS end_lsn, branch FROM snapbuild_trace_range($1::text::pg_lsn, NULL, $2::text::xid, true)
                   WHERE state_before <> 'consistent' AND state = 'consistent'",
                 &[
@@ -376,10 +432,10 @@ impl<'e> Exec<'e> {
             .map(|rows| rows.first().and_then(|r| jlsn(r, "end_lsn")))
             .map_err(e)
         });
-        let flush = flush_lsn(&mut self.admin);
-        let trace1 = trace(&mut self.admin, &name).map_err(e);
+        let flush = flush_lsn(self.admin_in(db));
+        let trace1 = trace(self.admin_in(db), &name).map_err(e);
         let decoded = self
-            .admin
+            .admin_in(db)
             .query(
                 "SELECT lsn::text, data FROM pg_logical_slot_peek_changes($1, $2::text::pg_lsn, NULL,
                         'include-xids', '1', 'skip-empty-xacts', '0')
@@ -393,7 +449,7 @@ impl<'e> Exec<'e> {
                     .collect()
             })
             .map_err(e);
-        let trace_after_peek = trace(&mut self.admin, &name).map_err(e);
+        let trace_after_peek = trace(self.admin_in(db), &name).map_err(e);
         SlotObs {
             name,
             created_at: created.lsn,
@@ -416,5 +472,6 @@ impl Drop for Exec<'_> {
         }
         self.guards.clear();
         cleanup_prefix(&mut self.admin, &self.prefix);
+        cleanup_prefix(&mut self.admin_b, &self.prefix);
     }
 }

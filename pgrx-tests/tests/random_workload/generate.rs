@@ -2,8 +2,11 @@
 
 use crate::exec::{Exec, Outcome};
 use crate::steps::{Action, Recording, Step};
-use crate::{two_phase, P, SESSIONS, SLOTS, TABLES};
+use crate::{session_db, two_phase, P, SESSIONS, SLOTS, TABLES};
 use pg_snapbuild_tests::*;
+
+/// A run restarts the server at most this often (each costs a second or two).
+const MAX_RESTARTS: u32 = 2;
 
 pub struct Rng(u64);
 impl Rng {
@@ -41,8 +44,10 @@ struct Gen<'e> {
     started: usize,
     pending: Vec<usize>,
     created: Vec<usize>,
-    /// Prepared transactions not ended yet: (gid, unit).
-    prepared: Vec<(String, usize)>,
+    /// Prepared transactions not ended yet: (gid, unit, database).
+    prepared: Vec<(String, usize, usize)>,
+    /// Server restarts so far (at most [`MAX_RESTARTS`] a run).
+    restarts: u32,
     done_txns: u64,
     round: u64,
     next_col: u32,
@@ -66,6 +71,7 @@ pub fn generate(env: &Env, seed: u64, txns: u64) -> (Recording, Outcome, u64) {
         pending: Vec::new(),
         created: Vec::new(),
         prepared: Vec::new(),
+        restarts: 0,
         done_txns: 0,
         round: 0,
         next_col: 0,
@@ -151,19 +157,34 @@ impl Gen<'_> {
         }
         if self.rng.chance(3) && !self.created.is_empty() {
             let idx = self.created[self.rng.below(self.created.len() as u64) as usize];
-            let get = self.rng.chance(50);
-            let u = self
-                .rec
-                .unit(if get { "get" } else { "peek" }, Some(self.slot_unit[idx]));
-            self.admin(
-                u,
-                if get {
-                    Action::Get(idx)
-                } else {
-                    Action::Peek(idx)
-                },
-            );
+            let (what, action) = match self.rng.below(100) {
+                0..=49 => ("peek", Action::Peek(idx)),
+                50..=79 => ("get", Action::Get(idx)),
+                _ => ("advance", Action::Advance(idx)),
+            };
+            let u = self.rec.unit(what, Some(self.slot_unit[idx]));
+            self.admin(u, action);
         }
+        if self.rng.chance(1) && self.restarts < MAX_RESTARTS && self.pending.is_empty() {
+            self.restart();
+        }
+    }
+
+    /// The sessions' open transactions end (COMMIT: their statements stay in the run),
+    /// then the server restarts, cleanly or by a crash; prepared transactions survive it.
+    fn restart(&mut self) {
+        for i in 0..SESSIONS {
+            if self.sess[i].unit.is_some() {
+                if self.sql(i, "COMMIT") {
+                    self.done_txns += 1;
+                }
+                self.sess[i] = Sess::default();
+            }
+        }
+        self.restarts += 1;
+        let immediate = self.rng.chance(50);
+        let u = self.rec.unit("restart", None);
+        self.admin(u, Action::Restart { immediate });
     }
 
     /// Prepared transactions end from another session after a while.
@@ -171,7 +192,7 @@ impl Gen<'_> {
         if self.prepared.is_empty() || !self.rng.chance(20) {
             return;
         }
-        let (gid, u) = self.prepared.remove(0);
+        let (gid, u, db) = self.prepared.remove(0);
         let mut verb = if self.rng.chance(75) {
             "COMMIT"
         } else {
@@ -183,7 +204,8 @@ impl Gen<'_> {
         if self.pending.iter().any(|&p| two_phase(p)) {
             verb = "COMMIT";
         }
-        self.admin(u, Action::Admin(format!("{verb} PREPARED '{gid}'")));
+        let sql = format!("{verb} PREPARED '{gid}'");
+        self.admin(u, Action::Admin { db, sql });
     }
 
     /// An idle session runs an autocommit insert or begins a transaction.
@@ -303,7 +325,7 @@ impl Gen<'_> {
         if self.sql(i, stmt) {
             self.done_txns += 1;
             if let Some(id) = gid {
-                self.prepared.push((id, u));
+                self.prepared.push((id, u, session_db(i)));
             }
         }
         self.sess[i] = Sess::default();
@@ -333,8 +355,9 @@ impl Gen<'_> {
                 self.sess[i] = Sess::default();
             }
         }
-        for (gid, u) in std::mem::take(&mut self.prepared) {
-            self.admin(u, Action::Admin(format!("COMMIT PREPARED '{gid}'")));
+        for (gid, u, db) in std::mem::take(&mut self.prepared) {
+            let sql = format!("COMMIT PREPARED '{gid}'");
+            self.admin(u, Action::Admin { db, sql });
         }
         let Gen {
             rec, ex, done_txns, ..

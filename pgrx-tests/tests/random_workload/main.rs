@@ -70,6 +70,20 @@ fn two_phase(slot: usize) -> bool {
     slot == 1
 }
 
+/// The run's second database (slots are per database: decoding skips the other's
+/// transactions and messages, but waits for them while building its snapshot).
+const SECOND_DB: &str = "pgsnap_rw_b";
+
+/// Session `s` works in database 1 (the last session) or 0 (the test's database).
+fn session_db(s: usize) -> usize {
+    usize::from(s == SESSIONS - 1)
+}
+
+/// Slot `i` lives in database 1 (the last slot) or 0.
+fn slot_db(i: usize) -> usize {
+    usize::from(i == SLOTS - 1)
+}
+
 #[test]
 fn random_workload_agrees_with_server() {
     let _g = serial();
@@ -221,12 +235,17 @@ fn print_counts(
     }
     println!(
         "pgsnap-counts: random seed {seed} PG{} transactions {done_txns} steps {} units {} slots created {created} \
-         slot states predicted {} commits traced {commits_seen} decoded by test_decoding {decoded_total} ({kinds:?}) .snap files agreeing {files_agreeing} \
+         slot states predicted {} (by advance {}) restarts {} commits traced {commits_seen} decoded by test_decoding {decoded_total} ({kinds:?}) .snap files agreeing {files_agreeing} \
          (byte for byte {files_byte_equal}) undecided {undecided} (of which with a possible writer {writer_dependent}) failures {} ({:.1}s)",
         env.major,
         rec.steps.len(),
         rec.units.len(),
         out.predictions.len(),
+        out.predictions.iter().filter(|p| p.advance).count(),
+        rec.steps
+            .iter()
+            .filter(|s| matches!(s.action, steps::Action::Restart { .. }))
+            .count(),
         failures.len(),
         t0.elapsed().as_secs_f64()
     );

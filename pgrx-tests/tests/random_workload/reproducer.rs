@@ -5,7 +5,7 @@ use crate::checks::Check;
 use crate::exec::{slot_name, Outcome};
 use crate::minimize::Minimized;
 use crate::steps::{Action, Recording};
-use crate::{two_phase, P, TABLES};
+use crate::{session_db, slot_db, two_phase, P, SECOND_DB, TABLES};
 use pg_snapbuild_tests::*;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -42,14 +42,33 @@ fn render_action(s: &mut String, env: &Env, k: usize, action: &Action, out: &Out
     let slot = |i: usize| slot_name(p, i);
     let _ = match action {
         Action::Sql { s: i, sql } => {
-            writeln!(s, "-- s{}\n{};", i + 1, sql.replace(P, p))
+            writeln!(s, "-- s{}{}\n{};", i + 1, in_db(session_db(*i)), sql.replace(P, p))
         }
-        Action::Admin(sql) => writeln!(s, "-- admin\n{};", sql.replace(P, p)),
+        Action::Admin { db, sql } => {
+            writeln!(s, "-- admin{}\n{};", in_db(*db), sql.replace(P, p))
+        }
+        Action::Restart { immediate } => writeln!(
+            s,
+            "-- restart: pg_ctl restart -m {} (every session reconnects)",
+            if *immediate { "immediate" } else { "fast" }
+        ),
+        Action::Advance(i) => writeln!(
+            s,
+            "-- admin{}: advance, after the replay's prediction\n\
+             BEGIN; SELECT pg_current_xact_id(); COMMIT;\n\
+             SELECT pg_current_wal_flush_lsn() AS upto \\gset\n\
+             SELECT * FROM snapbuild_slot_prediction('{1}', :'upto', by_advance => true);\n\
+             SELECT * FROM pg_replication_slot_advance('{1}', :'upto');\n\
+             SELECT * FROM snapbuild_slots() WHERE slot_name = '{1}';",
+            in_db(slot_db(*i)),
+            slot(*i)
+        ),
         Action::StandbySnapshot => writeln!(s, "-- admin\n{};", env.standby_snapshot_sql()),
         Action::CreateStart(i) => writeln!(
             s,
-            "-- admin: create slot {} starts (in a session of its own; returns once the slot is consistent)\n\
+            "-- admin{}: create slot {} starts (in a session of its own; returns once the slot is consistent)\n\
              SELECT lsn FROM pg_create_logical_replication_slot('{}', 'test_decoding', false, {});",
+            in_db(slot_db(*i)),
             slot(*i),
             slot(*i),
             two_phase(*i)
@@ -65,20 +84,31 @@ fn render_action(s: &mut String, env: &Env, k: usize, action: &Action, out: &Out
         ),
         Action::Peek(i) => writeln!(
             s,
-            "-- admin: peek\nSELECT count(*) FROM pg_logical_slot_peek_changes('{}', NULL, NULL);",
+            "-- admin{}: peek\nSELECT count(*) FROM pg_logical_slot_peek_changes('{}', NULL, NULL);",
+            in_db(slot_db(*i)),
             slot(*i)
         ),
         Action::Get(i) => writeln!(
             s,
-            "-- admin: get, after the replay's prediction\n\
+            "-- admin{1}: get, after the replay's prediction\n\
              BEGIN; SELECT pg_current_xact_id(); COMMIT;\n\
              SELECT pg_current_wal_flush_lsn() AS upto \\gset\n\
              SELECT * FROM snapbuild_slot_prediction('{0}', :'upto');\n\
              SELECT count(*) FROM pg_logical_slot_get_changes('{0}', :'upto', NULL);\n\
              SELECT * FROM snapbuild_slots() WHERE slot_name = '{0}';",
-            slot(*i)
+            slot(*i),
+            in_db(slot_db(*i))
         ),
     };
+}
+
+/// A note on the database a session works in, when it is not the test's own.
+fn in_db(db: usize) -> String {
+    if db == 0 {
+        String::new()
+    } else {
+        format!(" (database {SECOND_DB}: \\c {SECOND_DB})")
+    }
 }
 
 pub fn header(env: &Env, rec: &Recording) -> String {

@@ -8,8 +8,9 @@ use std::collections::BTreeSet;
 pub enum Action {
     /// Session `s` (0-based) runs `sql`.
     Sql { s: usize, sql: String },
-    /// The admin session runs `sql` (COMMIT / ROLLBACK PREPARED).
-    Admin(String),
+    /// The admin session of database `db` ([`crate::session_db`]) runs `sql` (COMMIT /
+    /// ROLLBACK PREPARED, which must run in the database that prepared).
+    Admin { db: usize, sql: String },
     /// A RUNNING_XACTS record: `pg_log_standby_snapshot()` (16+), `CHECKPOINT` (15).
     StandbySnapshot,
     /// `pg_create_logical_replication_slot` of slot i starts in a session of its own.
@@ -18,6 +19,12 @@ pub enum Action {
     CreateFinish(usize),
     /// `pg_logical_slot_peek_changes` of slot i.
     Peek(usize),
+    /// `snapbuild_slot_prediction` then `pg_replication_slot_advance` of slot i (a
+    /// fast-forward decoder) to the flush position, then the slot's state.
+    Advance(usize),
+    /// The server restarts: `pg_ctl restart -m fast` or, `immediate`, a crash and
+    /// recovery. Sessions reconnect; prepared transactions survive.
+    Restart { immediate: bool },
     /// `snapbuild_slot_prediction` then `pg_logical_slot_get_changes` of slot i, up to
     /// the flush position, then the slot's state.
     Get(usize),

@@ -8,7 +8,7 @@
 //! object ids), and absent on 14, as is `xl_xact_prepare`'s pair of stats counts.
 
 use crate::include::transam::TransactionId;
-use crate::include::version::PgMajor;
+use crate::include::version::PgVersion;
 
 /// `XLOG_XACT_HAS_INFO`: an `xl_xact_xinfo` follows the fixed part.
 pub const XLOG_XACT_HAS_INFO: u8 = 0x80;
@@ -135,8 +135,8 @@ fn c_string(b: &[u8]) -> Option<(String, usize)> {
 }
 
 /// `sizeof(xl_xact_stats_item)` on `major` (none before 15).
-fn stats_item_size(major: PgMajor) -> usize {
-    if major.0 >= 18 {
+fn stats_item_size(version: PgVersion) -> usize {
+    if version.major >= 18 {
         16
     } else {
         12
@@ -148,7 +148,7 @@ fn stats_item_size(major: PgMajor) -> usize {
 ///
 /// Errors: [`XactRecordError`] when a part lies past the data or a count is negative.
 pub fn parse_commit_or_abort(
-    major: PgMajor,
+    version: PgVersion,
     info: u8,
     data: &[u8],
 ) -> Result<ParsedXact, XactRecordError> {
@@ -170,9 +170,9 @@ pub fn parse_commit_or_abort(
         let n = r.count("relfilelocators")?;
         r.array("relfilelocators", n, 12)?;
     }
-    if p.xinfo & XACT_XINFO_HAS_DROPPED_STATS != 0 && major.0 >= 15 {
+    if p.xinfo & XACT_XINFO_HAS_DROPPED_STATS != 0 && version.major >= 15 {
         let n = r.count("dropped stats")?;
-        r.array("dropped stats", n, stats_item_size(major))?;
+        r.array("dropped stats", n, stats_item_size(version))?;
     }
     if p.xinfo & XACT_XINFO_HAS_INVALS != 0 {
         let n = r.count("invalidations")?;
@@ -209,12 +209,12 @@ fn maxalign(n: usize) -> usize {
 ///
 /// Errors: [`XactRecordError`] when the header, gid or subxacts lie past the data or a
 /// count is negative.
-pub fn parse_prepare(major: PgMajor, data: &[u8]) -> Result<ParsedXact, XactRecordError> {
+pub fn parse_prepare(version: PgVersion, data: &[u8]) -> Result<ParsedXact, XactRecordError> {
     // Offsets in xl_xact_prepare: magic 0, total_len 4, xid 8, database 12, prepared_at 16,
     // owner 24, nsubxacts 28, ncommitrels 32, nabortrels 36, then (15+) ncommitstats 40,
     // nabortstats 44; ninvalmsgs, initfileinval, gidlen (uint16), origin_lsn and
     // origin_timestamp follow.
-    let (ninval_at, gidlen_at, size) = if major.0 >= 15 {
+    let (ninval_at, gidlen_at, size) = if version.major >= 15 {
         (48, 54, 72)
     } else {
         (40, 46, 64)
@@ -299,7 +299,8 @@ mod tests {
                     &[0u8; 16],
                 ],
             );
-            let p = parse_commit_or_abort(PgMajor(major), XLOG_XACT_HAS_INFO, &data).unwrap();
+            let p =
+                parse_commit_or_abort(PgVersion::newest(major), XLOG_XACT_HAS_INFO, &data).unwrap();
             assert_eq!(p.db_id, 5);
             assert_eq!(p.subxacts, vec![700, 701]);
             assert_eq!(p.parsed_len, data.len());
@@ -307,15 +308,17 @@ mod tests {
             assert_eq!((p.twophase_xid, p.gid.as_str()), (699, "g1"));
             // One byte less anywhere: an error, never a read past the end.
             for cut in 0..data.len() {
-                assert!(
-                    parse_commit_or_abort(PgMajor(major), XLOG_XACT_HAS_INFO, &data[..cut])
-                        .is_err()
-                );
+                assert!(parse_commit_or_abort(
+                    PgVersion::newest(major),
+                    XLOG_XACT_HAS_INFO,
+                    &data[..cut]
+                )
+                .is_err());
             }
         }
         // No xinfo: only the timestamp.
         assert_eq!(
-            parse_commit_or_abort(PgMajor(18), 0, &[0u8; 8]).unwrap(),
+            parse_commit_or_abort(PgVersion::newest(18), 0, &[0u8; 8]).unwrap(),
             ParsedXact {
                 parsed_len: 8,
                 ..ParsedXact::default()
@@ -327,7 +330,7 @@ mod tests {
     fn hostile_counts_are_errors() {
         let huge = commit_bytes(XACT_XINFO_HAS_SUBXACTS, &[&n(i32::MAX)]);
         assert!(matches!(
-            parse_commit_or_abort(PgMajor(18), XLOG_XACT_HAS_INFO, &huge),
+            parse_commit_or_abort(PgVersion::newest(18), XLOG_XACT_HAS_INFO, &huge),
             Err(XactRecordError::Short {
                 what: "subxacts",
                 ..
@@ -335,7 +338,7 @@ mod tests {
         ));
         let neg = commit_bytes(XACT_XINFO_HAS_INVALS, &[&n(-1)]);
         assert_eq!(
-            parse_commit_or_abort(PgMajor(18), XLOG_XACT_HAS_INFO, &neg),
+            parse_commit_or_abort(PgVersion::newest(18), XLOG_XACT_HAS_INFO, &neg),
             Err(XactRecordError::NegativeCount {
                 what: "invalidations",
                 count: -1
@@ -345,7 +348,7 @@ mod tests {
             XACT_XINFO_HAS_TWOPHASE | XACT_XINFO_HAS_GID,
             &[&7u32.to_ne_bytes(), b"abc"],
         );
-        assert!(parse_commit_or_abort(PgMajor(18), XLOG_XACT_HAS_INFO, &no_nul).is_err());
+        assert!(parse_commit_or_abort(PgVersion::newest(18), XLOG_XACT_HAS_INFO, &no_nul).is_err());
     }
 
     #[test]
@@ -358,13 +361,13 @@ mod tests {
             h[gidlen_at..gidlen_at + 2].copy_from_slice(&4u16.to_ne_bytes());
             h.extend_from_slice(b"gid\0\0\0\0\0");
             h.extend_from_slice(&801u32.to_ne_bytes());
-            let p = parse_prepare(PgMajor(major), &h).unwrap();
+            let p = parse_prepare(PgVersion::newest(major), &h).unwrap();
             assert_eq!((p.twophase_xid, p.db_id, p.gid.as_str()), (800, 5, "gid"));
             assert_eq!(p.subxacts, vec![801]);
-            assert!(parse_prepare(PgMajor(major), &h[..h.len() - 1]).is_err());
+            assert!(parse_prepare(PgVersion::newest(major), &h[..h.len() - 1]).is_err());
             let mut bad = h.clone();
             bad[28..32].copy_from_slice(&n(1 << 28));
-            assert!(parse_prepare(PgMajor(major), &bad).is_err());
+            assert!(parse_prepare(PgVersion::newest(major), &bad).is_err());
         }
     }
 }

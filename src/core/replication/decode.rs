@@ -604,9 +604,9 @@ pub enum DecodeVerdict {
     Prepared,
     /// Two-phase decoding, COMMIT PREPARED of a transaction whose PREPARE was decoded:
     /// ReorderBufferFinishPrepared sends COMMIT PREPARED. (A transaction without changes
-    /// gets it only on 14, see [`PgMajor::finishes_prepared_without_changes`].)
+    /// gets it only on some releases, see [`PgVersion::finishes_prepared_without_changes`].)
     ///
-    /// [`PgMajor::finishes_prepared_without_changes`]: crate::include::version::PgMajor::finishes_prepared_without_changes
+    /// [`PgVersion::finishes_prepared_without_changes`]: crate::include::version::PgVersion::finishes_prepared_without_changes
     CommitPrepared,
     /// Two-phase decoding, COMMIT PREPARED of a transaction prepared before `two_phase_at`:
     /// ReorderBufferFinishPrepared replays it as a prepared transaction first
@@ -710,7 +710,7 @@ impl SnapBuild {
                 DecodeVerdict::NotSeenBeforeFull,
             );
         }
-        if has_invals && self.major.remembers_initial_running_xacts() {
+        if has_invals && self.version.remembers_initial_running_xacts() {
             self.xid_set_catalog_changes(x, subxacts, lsn);
         }
         let v = self.commit_txn(lsn, x, subxacts, has_invals);
@@ -729,7 +729,7 @@ impl SnapBuild {
             } else if two_phase {
                 if !self.reorder.has_base_snapshot(x) {
                     // Nothing was (or is now) replayed for it.
-                    if self.major.finishes_prepared_without_changes() {
+                    if self.version.finishes_prepared_without_changes() {
                         DecodeVerdict::CommitPrepared
                     } else {
                         DecodeVerdict::NoChanges
@@ -786,17 +786,20 @@ impl SnapBuild {
                 self.reorder.assign_child(x, *s, lsn);
             }
         }
-        Some(if self.reorder.has_base_snapshot(x) {
-            DecodeVerdict::Prepared
-        } else {
-            DecodeVerdict::NoChanges
-        })
+        Some(
+            if self.reorder.has_base_snapshot(x) || self.version.prepares_without_changes() {
+                DecodeVerdict::Prepared
+            } else {
+                DecodeVerdict::NoChanges
+            },
+        )
     }
 
     /// Re-runs decode.c DecodeAbort with `two_phase` set (ROLLBACK PREPARED, two-phase
     /// decoding on, gid not filtered): unless DecodeTXNNeedSkip,
     /// ReorderBufferFinishPrepared sends ROLLBACK PREPARED for a known transaction (with
-    /// changes, except on 14); either way the reorder buffer lets go of it. `None` before
+    /// changes, except on the releases of [`PgVersion::finishes_prepared_without_changes`]);
+    /// either way the reorder buffer lets go of it. `None` before
     /// FULL_SNAPSHOT.
     pub fn decode_abort_prepared(
         &mut self,
@@ -813,7 +816,7 @@ impl SnapBuild {
             Some(skip) => skip,
             None if !self.reorder.knows(x) => DecodeVerdict::UnknownTransaction,
             None if self.reorder.has_base_snapshot(x)
-                || self.major.finishes_prepared_without_changes() =>
+                || self.version.finishes_prepared_without_changes() =>
             {
                 DecodeVerdict::RollbackPrepared
             }
@@ -864,7 +867,7 @@ impl Replay {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::include::version::PgMajor;
+    use crate::include::version::PgVersion;
 
     #[test]
     fn classification() {
@@ -890,7 +893,7 @@ mod tests {
 
     fn params(major: u32, in_slot_creation: bool, two_phase_at: u64) -> BuilderParams {
         BuilderParams {
-            major: PgMajor(major),
+            version: PgVersion::newest(major),
             initial_xmin_horizon: 0,
             start_decoding_at: Lsn(0),
             building_full_snapshot: false,

@@ -15,7 +15,7 @@ use crate::include::snapbuild::{BuiltSnapshot, SnapBuildState, SnapshotOrigin};
 use crate::include::snapshot::HistoricSnapshot;
 use crate::include::standbydefs::RunningXacts;
 use crate::include::transam::{self, TransactionId, INVALID_TRANSACTION_ID};
-use crate::include::version::PgMajor;
+use crate::include::version::PgVersion;
 use crate::include::xlogdefs::{Lsn, INVALID_LSN};
 use crate::replication::reorderbuffer::ReorderModel;
 use crate::replication::snapbuild_ondisk::{
@@ -116,7 +116,7 @@ fn msg(
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct BuilderParams {
     /// Rules of this major version.
-    pub major: PgMajor,
+    pub version: PgVersion,
     /// `xmin_horizon`: the slot's catalog_xmin during creation, else invalid.
     pub initial_xmin_horizon: TransactionId,
     /// `start_lsn`: a created slot's confirmed_flush, else invalid.
@@ -184,7 +184,7 @@ pub type RestoreResult = Result<Option<SnapBuildOnDisk>, OnDiskError>;
 /// buffer facts it uses.
 #[derive(Clone, Debug)]
 pub struct SnapBuild {
-    pub major: PgMajor,
+    pub version: PgVersion,
     pub state: SnapBuildState,
     /// All transactions < xmin have committed/aborted.
     pub xmin: TransactionId,
@@ -226,7 +226,7 @@ impl SnapBuild {
     /// Re-runs snapbuild.c AllocateSnapshotBuilder.
     pub fn new(p: &BuilderParams) -> Self {
         SnapBuild {
-            major: p.major,
+            version: p.version,
             state: SnapBuildState::Start,
             xmin: INVALID_TRANSACTION_ID,
             xmax: INVALID_TRANSACTION_ID,
@@ -403,11 +403,11 @@ impl SnapBuild {
         // b) a usable serialized snapshot, unless building a full snapshot or (18+)
         // creating a slot.
         let may_restore = !self.building_full_snapshot
-            && !(self.in_slot_creation && self.major.restore_checks_in_slot_creation());
+            && !(self.in_slot_creation && self.version.restore_checks_in_slot_creation());
         if may_restore {
             match self.restore(lsn, restore) {
                 Ok(true) => {
-                    if self.major.remembers_initial_running_xacts() {
+                    if self.version.remembers_initial_running_xacts() {
                         let mut v = running.xids.clone();
                         v.sort_by(transam::xid_comparator);
                         self.initial_running_xacts = v;
@@ -553,8 +553,8 @@ impl SnapBuild {
     /// Re-runs snapbuild.c SnapBuildSerialize's content: the file the server writes at
     /// `lsn` (and remembers `lsn` as the last serialization point).
     pub fn serialize(&mut self, lsn: Lsn) -> SnapBuildOnDisk {
-        let version = self.major.snapbuild_version();
-        let catchange = if self.major.serializes_catchange() {
+        let version = self.version.snapbuild_version();
+        let catchange = if self.version.serializes_catchange() {
             self.reorder.catalog_changes_xacts()
         } else {
             Vec::new()
@@ -632,7 +632,7 @@ impl SnapBuild {
         if self.reorder.has_catalog_changes(x) {
             return true;
         }
-        if !has_invals || self.major.remembers_initial_running_xacts() {
+        if !has_invals || self.version.remembers_initial_running_xacts() {
             return false;
         }
         self.catchange_xip.binary_search(&x).is_ok()
@@ -835,7 +835,7 @@ mod tests {
 
     fn params(major: u32) -> BuilderParams {
         BuilderParams {
-            major: PgMajor(major),
+            version: PgVersion::newest(major),
             initial_xmin_horizon: 0,
             start_decoding_at: INVALID_LSN,
             building_full_snapshot: false,

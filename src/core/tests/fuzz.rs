@@ -7,7 +7,7 @@ use snapbuild_core::include::transam;
 use snapbuild_core::include::xlogdefs::Lsn;
 use snapbuild_core::replication::snapbuild::{RestoreResult, SnapBuild};
 use snapbuild_core::replication::snapbuild_ondisk::SnapBuildOnDisk;
-use snapbuild_core::{BuilderParams, PgMajor, RunningXacts};
+use snapbuild_core::{BuilderParams, PgVersion, RunningXacts};
 
 /// xorshift64*: small, deterministic, good enough to spread inputs.
 struct Rng(u64);
@@ -68,7 +68,7 @@ fn mutated_valid_files_fail_cleanly_or_roundtrip() {
 
 fn params(major: u32, creating: bool) -> BuilderParams {
     BuilderParams {
-        major: PgMajor(major),
+        version: PgVersion::newest(major),
         initial_xmin_horizon: 0,
         start_decoding_at: Lsn(0),
         building_full_snapshot: false,
