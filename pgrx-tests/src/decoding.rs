@@ -52,15 +52,17 @@ pub fn emitted_by_test_decoding(c: &mut Client, slot: &str, upto: u64) -> BTreeS
         .collect()
 }
 
-/// The (kind, xid) a line of `test_decoding` (`include-xids`) stands for when it ends a
-/// transaction: `COMMIT <xid>` → commit, `PREPARE TRANSACTION '<gid>', txid <xid>` →
-/// prepare, `COMMIT PREPARED '<gid>', txid <xid>` → commit_prepared, `ROLLBACK PREPARED
-/// '<gid>', txid <xid>` → rollback_prepared; `None` for any other line.
+/// What a `test_decoding` line (`include-xids` on) says ended a transaction:
+/// `COMMIT <xid>` and, streamed, `committing streamed transaction TXN <xid>` → commit;
+/// `PREPARE TRANSACTION '<gid>', txid <xid>` and, streamed, `preparing streamed transaction
+/// TXN '<gid>', txid <xid>` → prepare; `COMMIT PREPARED '<gid>', txid <xid>` →
+/// commit_prepared; `ROLLBACK PREPARED '<gid>', txid <xid>` → rollback_prepared; `None`
+/// for any other line (changes, BEGIN, messages, the streamed blocks' open/close/abort).
 pub fn emitted_kind(data: &str) -> Option<(String, u64)> {
     static RE: OnceLock<Regex> = OnceLock::new();
     let re = RE.get_or_init(|| {
         Regex::new(
-            r"^(?:COMMIT (\d+)|(PREPARE TRANSACTION|COMMIT PREPARED|ROLLBACK PREPARED) '(?:[^']|'')*', txid (\d+))",
+            r"^(?:(?:COMMIT|committing streamed transaction TXN) (\d+)|(PREPARE TRANSACTION|preparing streamed transaction TXN|COMMIT PREPARED|ROLLBACK PREPARED) '(?:[^']|'')*', txid (\d+))",
         )
         .unwrap()
     });
@@ -69,7 +71,7 @@ pub fn emitted_kind(data: &str) -> Option<(String, u64)> {
         (Some(x), _, _) => ("commit".to_string(), x.as_str().parse().unwrap()),
         (None, Some(kind), Some(x)) => (
             match kind.as_str() {
-                "PREPARE TRANSACTION" => "prepare",
+                "PREPARE TRANSACTION" | "preparing streamed transaction TXN" => "prepare",
                 "COMMIT PREPARED" => "commit_prepared",
                 _ => "rollback_prepared",
             }

@@ -9,8 +9,9 @@
 //! - f2: a replay from a position after which no complete record has been flushed is
 //!   answered with its first row, not SQLSTATE 22023.
 //! - f3: a `.snap` file the server wrote, with a wrong xmax injected (a writer-dependent
-//!   field, CRC recomputed): the trace no longer says `agrees = t` for it, finds no
-//!   possible writer, and names xmax; with the server's own bytes back its verdict returns.
+//!   field, CRC recomputed, the file's modification time kept): the decoders the server log
+//!   shows could have written it, replayed as they ran, write another xmax, so the trace
+//!   says `agrees = f` and names xmax; with the server's own bytes back its verdict returns.
 //! - f4: a `.snap` file whose committed count needs more than MaxAllocSize: the server's
 //!   error (pg_logicalinspect on 18), SQLSTATE XX000 "invalid memory alloc request size".
 //! - f5: a target inside a record that crosses a page (a flush position the WAL writer
@@ -141,9 +142,20 @@ struct Rewritten {
     original: Vec<u8>,
 }
 
+/// Writes `bytes` to `path` and gives it back its modification time (the time the server
+/// wrote it, which says which decoders could have written it).
+fn write_keeping_mtime(path: &std::path::Path, bytes: &[u8]) {
+    let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    std::fs::write(path, bytes).unwrap();
+    if let Some(t) = mtime {
+        let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        f.set_modified(t).unwrap();
+    }
+}
+
 impl Drop for Rewritten {
     fn drop(&mut self) {
-        let _ = std::fs::write(&self.path, &self.original);
+        write_keeping_mtime(&self.path, &self.original);
     }
 }
 
@@ -161,7 +173,7 @@ fn with_checksum(mut b: Vec<u8>) -> Vec<u8> {
 }
 
 #[test]
-fn f3_injected_writer_dependent_difference_is_never_agreed() {
+fn f3_injected_writer_dependent_difference_is_found_false() {
     let Some((_g, env, mut c)) = start() else {
         return;
     };
@@ -218,7 +230,7 @@ fn f3_injected_writer_dependent_difference_is_never_agreed() {
         path: path.clone(),
         original: bytes.clone(),
     };
-    std::fs::write(&path, with_checksum(injected)).unwrap();
+    write_keeping_mtime(&path, &with_checksum(injected));
     let after = row_at(&mut c).expect("the serialize row");
     drop(guard);
     let restored = row_at(&mut c).expect("the serialize row");
@@ -232,15 +244,20 @@ fn f3_injected_writer_dependent_difference_is_never_agreed() {
         after.disagreement,
         restored.agrees
     );
-    assert_ne!(
+    // The server log names the decoders that could have written the file (the peek's):
+    // replayed as they ran, none writes the injected xmax, so the verdict is a hard false.
+    assert_eq!(
         after.agrees,
-        Some(true),
-        "an injected xmax was agreed: {}",
+        Some(false),
+        "an injected xmax was not found false: {}",
         after.show()
     );
     assert!(
-        !after.agrees_or_possible_writer(),
-        "a writer was found for an injected xmax: {}",
+        after
+            .disagreement
+            .as_deref()
+            .is_some_and(|d| d.contains("the server log shows the decoders")),
+        "the verdict does not come from the writers the server log names: {}",
         after.show()
     );
     assert!(

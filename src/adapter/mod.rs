@@ -3,6 +3,7 @@
 //! pages through the buffer manager.
 
 pub mod heap;
+pub mod server_log;
 pub mod slots;
 pub mod snapfiles;
 pub mod wal;

@@ -2,7 +2,9 @@
 //! `.snap` file it wrote at that LSN, the slot's confirmed_flush) and hands them, as
 //! plain values, to the core's comparison (`snapbuild_core::compare::judge_row`).
 
-use snapbuild_core::compare::{compare_with_server, judge_row, FileFact, ServerFacts, Verdict};
+use snapbuild_core::compare::{
+    compare_with_server, judge_row, FileFact, LogWriters, ServerFacts, Verdict,
+};
 use snapbuild_core::TraceRow;
 
 use crate::adapter::slots::SlotCopy;
@@ -43,23 +45,33 @@ pub fn server_facts(
     } else {
         FileFact::Absent
     };
-    let other_writers = match (&file, &row.serialized) {
+    let path = snapfiles::path_for(row.restored_from.unwrap_or(row.lsn));
+    let (other_writers, log_writers) = match (&file, &row.serialized) {
         (FileFact::Read { file, .. }, Some(pred)) => {
             let cmp = compare_with_server(pred, file, row.serialize_context);
-            if cmp.other_writers_may_settle() {
+            let plainly_equal =
+                cmp.agrees() && cmp.writer_dependent.is_empty() && !cmp.committed_as_purged;
+            let log = if plainly_equal {
+                LogWriters::NotAsked
+            } else {
+                writers.logged_writers_at(row, file, &path)
+            };
+            let others = if cmp.other_writers_may_settle() {
                 writers.files_at(row, file)
             } else {
                 Vec::new()
-            }
+            };
+            (others, log)
         }
-        _ => Vec::new(),
+        _ => (Vec::new(), LogWriters::NotAsked),
     };
     ServerFacts {
-        path: snapfiles::path_for(row.restored_from.unwrap_or(row.lsn)),
+        path,
         file,
         confirmed_flush: slot.filter(|s| !s.in_creation()).map(|s| s.confirmed_flush),
         replay_start: slot.map(|s| snapbuild_core::Lsn(s.restart_lsn)),
         other_writers,
+        log_writers,
     }
 }
 

@@ -4,10 +4,11 @@
 //! the replay's own file differs only there, these replays say whether a decoder that
 //! restarted at one of the `.snap` files still on disk writes exactly the server's file.
 
-use snapbuild_core::compare::writes_same_file;
+use snapbuild_core::compare::{writes_same_file, LogWriters, LoggedWriter};
+use snapbuild_core::server_log::{writers_of, LogEvent, Writers};
 use snapbuild_core::{BuilderParams, Lsn, SnapBuildOnDisk, TraceRow};
 
-use crate::adapter::snapfiles;
+use crate::adapter::{server_log, snapfiles};
 use crate::context::decoding::DecodingContext;
 use crate::context::input::ReplayInput;
 
@@ -42,6 +43,9 @@ impl Shadow {
     }
 }
 
+/// How many decoders named by the server log a trace replays at most.
+pub const MAX_LOGGED_WRITERS: usize = 16;
+
 /// Replays of other possible writers, started lazily and advanced only forward.
 pub struct OtherWriters {
     /// The main replay's start (a decoder restarted there is the main replay itself).
@@ -54,6 +58,11 @@ pub struct OtherWriters {
     considered: Vec<Lsn>,
     /// The memory context the replays' readers live in (the main replay's).
     mcx: pgrx::pg_sys::MemoryContext,
+    /// The server log's decoder events, read once per trace when first needed.
+    log: Option<Result<Vec<LogEvent>, String>>,
+    /// Replays of decoders the log names, by (restart point, start_decoding_at,
+    /// two_phase_at); `None` where one could not be started.
+    logged: Vec<((Lsn, Lsn, Lsn), Option<Shadow>)>,
 }
 
 impl OtherWriters {
@@ -68,7 +77,94 @@ impl OtherWriters {
             shadows: Vec::new(),
             considered: Vec::new(),
             mcx: main.memory_context(),
+            log: None,
+            logged: Vec::new(),
         }
+    }
+
+    /// What the server log says about the writer of `server` (the file at `row`'s LSN,
+    /// found at `path`): every decoder that could have written it
+    /// (`snapbuild_core::server_log::writers_of`: started after the last server start
+    /// before the file's modification time and no later, reading from at or before the
+    /// row, with the file's start_decoding_at), each replayed from its restart point with
+    /// the file's start_decoding_at and two_phase_at up to the row.
+    pub fn logged_writers_at(
+        &mut self,
+        row: &TraceRow,
+        server: &SnapBuildOnDisk,
+        path: &str,
+    ) -> LogWriters {
+        let events = match self.log.get_or_insert_with(|| {
+            server_log::events(|| {
+                pgrx::check_for_interrupts!();
+            })
+            .map(|(_, e)| e)
+        }) {
+            Ok(e) => e,
+            Err(why) => return LogWriters::Unknown(why.clone()),
+        };
+        let Some(mtime) = server_log::mtime_ms(path) else {
+            return LogWriters::Unknown(format!("{path}: no modification time"));
+        };
+        let after = server.builder.start_decoding_at;
+        let found = match writers_of(events, row.lsn, after, mtime) {
+            Writers::Known(w) => w,
+            Writers::Unknown(why) => return LogWriters::Unknown(why),
+        };
+        let two_phase_at = server.builder.two_phase_at;
+        let mut out = Vec::new();
+        for (restart, slot, pid) in found {
+            let key = (restart, after, two_phase_at);
+            let idx = match self.logged.iter().position(|(k, _)| *k == key) {
+                Some(i) => i,
+                None => {
+                    if self.logged.len() >= MAX_LOGGED_WRITERS {
+                        return LogWriters::Unknown(format!(
+                            "the server log names more than {MAX_LOGGED_WRITERS} possible writers in this trace"
+                        ));
+                    }
+                    let shadow = self.open_at(restart, after, two_phase_at);
+                    self.logged.push((key, shadow));
+                    self.logged.len() - 1
+                }
+            };
+            let file = self.logged[idx].1.as_mut().and_then(|s| s.file_at(row));
+            out.push(LoggedWriter {
+                restart,
+                slot,
+                pid,
+                file,
+            });
+        }
+        LogWriters::Known(out)
+    }
+
+    /// A replay as a decoder restarted at `start` with the given start_decoding_at and
+    /// two_phase_at would run (`None` if its WAL is gone).
+    fn open_at(&self, start: Lsn, start_decoding_at: Lsn, two_phase_at: Lsn) -> Option<Shadow> {
+        let params = BuilderParams {
+            initial_xmin_horizon: 0,
+            start_decoding_at,
+            building_full_snapshot: false,
+            in_slot_creation: false,
+            two_phase_at,
+            ..self.template.clone()
+        };
+        let input = ReplayInput {
+            params,
+            slot_db: self.slot_db,
+            start,
+            end: None,
+            slot: None,
+            two_phase: self.two_phase.clone(),
+            all_records: false,
+            label: format!("the decoder the server log shows restarted at {start}"),
+        };
+        DecodingContext::try_start_tolerant(input, self.mcx).map(|ctx| Shadow {
+            start,
+            ctx,
+            last: None,
+        })
     }
 
     /// The files that decoders restarted at earlier `.snap` files would write at `row`'s

@@ -231,6 +231,45 @@ pub struct ServerFacts {
     /// for only when the replay's own file differs from the server's in writer-dependent
     /// fields alone.
     pub other_writers: Vec<(Lsn, SnapBuildOnDisk)>,
+    /// The decoders the server log shows could have written the file, each replayed as
+    /// that decoder ([`LogWriters`]). Asked for only when the replay's own file is not
+    /// plainly equal to the server's.
+    pub log_writers: LogWriters,
+}
+
+/// One decoder the server log shows could have written a `.snap` file, and the file a
+/// replay started as it would (same restart point, start_decoding_at and two_phase_at)
+/// writes at that LSN (`None`: the replay could not follow it there, e.g. its WAL is gone).
+#[derive(Clone, Debug)]
+pub struct LoggedWriter {
+    pub restart: Lsn,
+    pub slot: String,
+    pub pid: Option<i32>,
+    pub file: Option<SnapBuildOnDisk>,
+}
+
+impl LoggedWriter {
+    fn name(&self) -> String {
+        match self.pid {
+            Some(pid) => format!(
+                "slot {}'s decoder (pid {pid}) restarted at {}",
+                self.slot, self.restart
+            ),
+            None => format!("slot {}'s decoder restarted at {}", self.slot, self.restart),
+        }
+    }
+}
+
+/// What the server log says about the writer of a row's file.
+#[derive(Clone, Debug, Default)]
+pub enum LogWriters {
+    /// Not looked at (the replay's own file settles the row).
+    #[default]
+    NotAsked,
+    /// The log cannot tell (not readable, incomplete, no such decoder): why.
+    Unknown(String),
+    /// Every decoder that could have written the file, per the log.
+    Known(Vec<LoggedWriter>),
 }
 
 /// Whether `other` (a file some decoder would write) equals `server` in every field the
@@ -240,6 +279,76 @@ pub fn writes_same_file(other: &SnapBuildOnDisk, server: &SnapBuildOnDisk) -> bo
     c.differences.is_empty()
         && c.writer_dependent.is_empty()
         && other.builder.xmin == server.builder.xmin
+}
+
+/// What the writers the server log names say about a file.
+enum ByLog {
+    /// All of them write it (true) or none does (false).
+    Decided(Verdict),
+    /// Some do and some do not: the row cannot be false; the note names them.
+    Mixed(String),
+    /// The log does not settle it: the replay's own file is judged.
+    NoInfo,
+}
+
+/// The verdict on a server file when the log names every decoder that could have
+/// written it and each was replayed: `true` when all of them write exactly the file,
+/// `false` when none does (with how the first one differs), mixed when some do and some
+/// do not.
+fn judge_by_logged_writers(file: &SnapBuildOnDisk, raw: &[u8], facts: &ServerFacts) -> ByLog {
+    let LogWriters::Known(ws) = &facts.log_writers else {
+        return ByLog::NoInfo;
+    };
+    if ws.is_empty() || ws.iter().any(|w| w.file.is_none()) {
+        return ByLog::NoInfo;
+    }
+    let (same, other): (Vec<&LoggedWriter>, Vec<&LoggedWriter>) = ws
+        .iter()
+        .partition(|w| writes_same_file(w.file.as_ref().unwrap(), file));
+    let names = |v: &[&LoggedWriter]| v.iter().map(|w| w.name()).collect::<Vec<_>>().join(", ");
+    let base = Verdict {
+        server_state: Some(state_name(file.builder.state)),
+        server_source: Some(facts.path.clone()),
+        ..Verdict::default()
+    };
+    if other.is_empty() {
+        let bytes = same[0].file.as_ref().unwrap().encode();
+        ByLog::Decided(Verdict {
+            agrees: Some(true),
+            bytes_agree: bytes.map(|b| b == raw),
+            ..base
+        })
+    } else if same.is_empty() {
+        let w = other[0];
+        let cmp = compare_with_server(w.file.as_ref().unwrap(), file, None);
+        let mut diffs = cmp.differences.clone();
+        diffs.extend(cmp.writer_dependent.iter().cloned());
+        if file.builder.xmin != w.file.as_ref().unwrap().builder.xmin
+            && !diffs.iter().any(|d| d.starts_with("xmin "))
+        {
+            diffs.push(format!(
+                "xmin {} vs {}",
+                w.file.as_ref().unwrap().builder.xmin,
+                file.builder.xmin
+            ));
+        }
+        ByLog::Decided(Verdict {
+            agrees: Some(false),
+            disagreement: Some(format!(
+                "{}; the server log shows the decoders that could have written this file ({}), and none writes it",
+                diffs.join("; "),
+                names(&other)
+            )),
+            bytes_agree: Some(false),
+            ..base
+        })
+    } else {
+        ByLog::Mixed(format!(
+            "undecided: of the decoders the server log shows could have written this file, {} write it and {} do not",
+            names(&same),
+            names(&other)
+        ))
+    }
 }
 
 /// The name pg_logicalinspect gives a raw SnapBuildState value (`unknown state` for any
@@ -266,6 +375,11 @@ pub fn judge_row(row: &TraceRow, facts: &ServerFacts) -> Verdict {
     if let Some(pred) = &row.serialized {
         return match &facts.file {
             FileFact::Read { file, raw } => {
+                let mixed = match judge_by_logged_writers(file, raw, facts) {
+                    ByLog::Decided(v) => return v,
+                    ByLog::Mixed(note) => Some(note),
+                    ByLog::NoInfo => None,
+                };
                 let cmp = compare_with_server(pred, file, row.serialize_context);
                 let mut text: Vec<String> = cmp.differences.clone();
                 text.extend(
@@ -321,6 +435,11 @@ pub fn judge_row(row: &TraceRow, facts: &ServerFacts) -> Verdict {
                         cmp.writer_xmin.unwrap_or(0)
                     ));
                 }
+                if let LogWriters::Unknown(why) = &facts.log_writers {
+                    if agrees != Some(true) {
+                        text.push(format!("the server log does not settle it: {why}"));
+                    }
+                }
                 if let Some(start) = writer {
                     text.push(format!(
                         "consistent with a decoder restarted at {start} (the writer's restart point is not known)"
@@ -331,6 +450,25 @@ pub fn judge_row(row: &TraceRow, facts: &ServerFacts) -> Verdict {
                         facts.other_writers.len()
                     ));
                 }
+                // Some of the writers the log names write the file and some do not: not
+                // false, whatever the replay's own file says.
+                let agrees = match &mixed {
+                    Some(note) => {
+                        text = text
+                            .into_iter()
+                            .map(|d| {
+                                if d.starts_with("undecided:") {
+                                    d
+                                } else {
+                                    format!("undecided: {d}")
+                                }
+                            })
+                            .collect();
+                        text.push(note.clone());
+                        None
+                    }
+                    None => agrees,
+                };
                 Verdict {
                     server_state: Some(state_name(file.builder.state)),
                     server_source: Some(facts.path.clone()),
@@ -443,6 +581,7 @@ mod tests {
             confirmed_flush: None,
             replay_start: None,
             other_writers: Vec::new(),
+            log_writers: LogWriters::NotAsked,
         }
     }
 
@@ -599,6 +738,63 @@ mod tests {
     }
 
     /// A restore row is undecided: the file says nothing of whether the server restored it.
+    /// The writers the server log names decide a file the replay's own history cannot:
+    /// all write it → true, none → false naming the field, some → undecided (never
+    /// false), one that could not be replayed → the replay's own judgement.
+    #[test]
+    fn writers_named_by_the_log_decide() {
+        let row = serialize_row();
+        let ours = row.serialized.clone().unwrap();
+        let mut server = ours.clone();
+        server.builder.xmax += 5;
+        let raw = server.encode().unwrap();
+        let writer = |restart: u64, file: Option<&SnapBuildOnDisk>| LoggedWriter {
+            restart: Lsn(restart),
+            slot: "s".into(),
+            pid: Some(7),
+            file: file.cloned(),
+        };
+        let with = |ws: Vec<LoggedWriter>| {
+            let mut f = facts(FileFact::Read {
+                file: server.clone(),
+                raw: raw.clone(),
+            });
+            f.log_writers = LogWriters::Known(ws);
+            judge_row(&row, &f)
+        };
+        let v = with(vec![writer(40, Some(&server)), writer(50, Some(&server))]);
+        assert_eq!(
+            (v.agrees, v.bytes_agree, v.disagreement),
+            (Some(true), Some(true), None)
+        );
+        let v = with(vec![writer(40, Some(&ours))]);
+        assert_eq!(v.agrees, Some(false));
+        let d = v.disagreement.unwrap();
+        assert!(d.contains("xmax") && d.contains("none writes it"), "{d}");
+        let v = with(vec![writer(40, Some(&ours)), writer(50, Some(&server))]);
+        assert_eq!(v.agrees, None);
+        assert!(v
+            .disagreement
+            .unwrap()
+            .contains("restarted at 0/32 write it"));
+        // A hard difference in the replay's own file is not false when a named writer
+        // writes the file.
+        let mut cat = server.clone();
+        cat.catchange_xip = vec![650];
+        let mut f = facts(FileFact::Read {
+            file: cat.clone(),
+            raw: cat.encode().unwrap(),
+        });
+        f.log_writers = LogWriters::Known(vec![writer(40, Some(&ours)), writer(50, Some(&cat))]);
+        assert_eq!(judge_row(&row, &f).agrees, None);
+        let v = with(vec![writer(40, None), writer(50, Some(&server))]);
+        assert_eq!(v.agrees, None);
+        assert!(v
+            .disagreement
+            .unwrap()
+            .starts_with("undecided: writer-dependent xmax"));
+    }
+
     #[test]
     fn restore_rows_are_undecided() {
         let mut row = serialize_row();

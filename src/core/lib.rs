@@ -19,6 +19,8 @@
 //!   files).
 //! * `storage/`: `bufpage` (page header and line pointers).
 //! * `compare`: not a PostgreSQL file; the replay's `.snap` against the server's.
+//! * `server_log`: not a PostgreSQL file; the server log's lines about decoders (which
+//!   ones could have written a `.snap` file).
 //!
 //! `tests/layering.rs` checks that the headers stay headers and that the module graph
 //! has no cycle.
@@ -27,6 +29,7 @@ pub mod access;
 pub mod compare;
 pub mod include;
 pub mod replication;
+pub mod server_log;
 pub mod storage;
 
 pub use include::snapbuild::SnapBuildState;

@@ -2,6 +2,7 @@
 //! creations in their own threads) and observes what the server and the replay say.
 
 use crate::steps::Action;
+use crate::subscription::{Subscription, SubscriptionObs};
 use crate::{session_db, slot_db, two_phase, P, SECOND_DB, SESSIONS, SLOTS, TABLES};
 use pg_snapbuild_tests::*;
 use postgres::Client;
@@ -45,6 +46,11 @@ pub struct SlotObs {
     /// `test_decoding` (`include-xids`, `skip-empty-xacts` off) up to `flush`: every line
     /// that is not a row change (BEGIN, COMMIT, messages, …), with its LSN.
     pub decoded: Result<Vec<(u64, String)>, String>,
+    /// The same peek with `stream-changes` on, in a session whose
+    /// `logical_decoding_work_mem` is the minimum (64kB) and, on 16+,
+    /// `debug_logical_replication_streaming = immediate`: in-progress transactions are
+    /// streamed.
+    pub decoded_streamed: Result<Vec<(u64, String)>, String>,
     /// The trace again after that peek wrote the `.snap` files.
     pub trace_after_peek: Result<Vec<TraceRow>, String>,
 }
@@ -62,6 +68,8 @@ pub struct Outcome {
     pub consumed: Vec<bool>,
     pub predictions: Vec<Prediction>,
     pub slots: Vec<SlotObs>,
+    /// The subscription's slot, traced while its walsender held it.
+    pub subscription: Option<SubscriptionObs>,
 }
 
 pub const PRED_FIELDS: [&str; 7] = [
@@ -99,6 +107,7 @@ pub struct Exec<'e> {
     sessions: Vec<Client>,
     creations: Vec<Option<Creation>>,
     guards: Vec<SlotGuard>,
+    subscription: Option<Subscription>,
     out: Outcome,
 }
 
@@ -149,6 +158,7 @@ impl<'e> Exec<'e> {
                     .unwrap();
             }
         }
+        let subscription = Some(Subscription::create(env, &mut admin, &mut admin_b, prefix));
         let sessions = Self::connect_sessions(&dbs);
         Exec {
             env,
@@ -161,6 +171,7 @@ impl<'e> Exec<'e> {
             sessions,
             creations: (0..SLOTS).map(|_| None).collect(),
             guards,
+            subscription,
             out: Outcome {
                 prefix: prefix.to_owned(),
                 created: vec![None; SLOTS],
@@ -412,6 +423,9 @@ impl<'e> Exec<'e> {
                 self.out.slots.push(o);
             }
         }
+        if let Some(sub) = &self.subscription {
+            self.out.subscription = Some(sub.observe(&mut self.admin));
+        }
         std::mem::take(&mut self.out)
     }
 
@@ -449,6 +463,7 @@ impl<'e> Exec<'e> {
                     .collect()
             })
             .map_err(e);
+        let decoded_streamed = self.peek_streamed(db, &name, flush);
         let trace_after_peek = trace(self.admin_in(db), &name).map_err(e);
         SlotObs {
             name,
@@ -457,14 +472,59 @@ impl<'e> Exec<'e> {
             flush,
             trace: trace1,
             decoded,
+            decoded_streamed,
             trace_after_peek,
         }
+    }
+
+    /// [`SlotObs::decoded_streamed`]: test_decoding with `stream-changes` up to `flush`.
+    fn peek_streamed(
+        &mut self,
+        db: usize,
+        name: &str,
+        flush: u64,
+    ) -> Result<Vec<(u64, String)>, String> {
+        let e = |e: postgres::Error| err_text(&e);
+        let major = self.env.major;
+        let c = self.admin_in(db);
+        c.batch_execute("SET logical_decoding_work_mem = '64kB'")
+            .map_err(e)?;
+        if major >= 16 {
+            c.batch_execute("SET debug_logical_replication_streaming = immediate")
+                .map_err(e)?;
+        }
+        let rows = c
+            .query(
+                "SELECT lsn::text, data FROM pg_logical_slot_peek_changes($1, $2::text::pg_lsn, NULL,
+                        'include-xids', '1', 'skip-empty-xacts', '0', 'stream-changes', '1')
+                  WHERE data NOT LIKE 'table %' AND data NOT LIKE 'streaming change %'",
+                &[&name, &fmt_lsn(flush)],
+            )
+            .map(|rows| {
+                rows.iter()
+                    .map(|r| (parse_lsn(&r.get::<_, String>(0)), r.get::<_, String>(1)))
+                    .filter(|(l, _)| *l <= flush)
+                    .collect()
+            })
+            .map_err(e);
+        let _ = c.batch_execute("RESET logical_decoding_work_mem");
+        if major >= 16 {
+            let _ = c.batch_execute("RESET debug_logical_replication_streaming");
+        }
+        rows
     }
 }
 
 impl Drop for Exec<'_> {
     fn drop(&mut self) {
         self.sessions.clear();
+        if let Some(sub) = self.subscription.take() {
+            if self.keep {
+                std::mem::forget(sub);
+            } else {
+                sub.drop_all(&mut self.admin, &mut self.admin_b, &self.prefix);
+            }
+        }
         if self.keep {
             // Left for inspection (the next run with this prefix drops them first).
             std::mem::forget(std::mem::take(&mut self.guards));

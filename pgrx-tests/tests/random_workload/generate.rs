@@ -295,6 +295,16 @@ impl Gen<'_> {
                     ),
                 );
             }
+            77 => {
+                // a large insert: more than logical_decoding_work_mem's minimum (64kB)
+                // of changes, so a streaming decoder streams it on 14/15 too
+                self.sql(
+                    i,
+                    format!(
+                        "INSERT INTO {t}(a, b) SELECT g, repeat('s', 200) FROM generate_series(1, 400) g"
+                    ),
+                );
+            }
             _ => self.end_transaction(i),
         }
     }

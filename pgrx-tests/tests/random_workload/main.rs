@@ -47,6 +47,7 @@ mod generate;
 mod minimize;
 mod reproducer;
 mod steps;
+mod subscription;
 
 use checks::{all_checks, run_checks, server_commits, Check, Failure, Inject};
 use exec::Outcome;
@@ -205,10 +206,11 @@ fn print_counts(
 ) {
     let (mut decoded_total, mut files_agreeing, mut commits_seen, mut writer_dependent) =
         (0usize, 0usize, 0usize, 0usize);
-    let (mut files_byte_equal, mut undecided) = (0usize, 0usize);
+    let (mut files_byte_equal, mut undecided, mut streamed) = (0usize, 0usize, 0usize);
     let kinds = two_phase_kinds(out);
     for s in &out.slots {
         decoded_total += server_commits(s).len();
+        streamed += checks::streamed_xids(s);
         commits_seen += s
             .trace
             .iter()
@@ -222,7 +224,13 @@ fn print_counts(
             if r.branch_is("serialize") && r.agrees == Some(true) {
                 files_agreeing += 1;
             }
-            if r.branch_is("serialize") && r.agrees.is_none() && r.agrees_or_possible_writer() {
+            if r.branch_is("serialize")
+                && r.agrees.is_none()
+                && r.disagreement.as_deref().is_some_and(|d| {
+                    d.contains("consistent with a decoder restarted at")
+                        || d.contains("equal once purged")
+                })
+            {
                 writer_dependent += 1;
             }
             if r.branch_is("serialize")
@@ -230,13 +238,21 @@ fn print_counts(
                 && r.raw.get("server_source").is_some_and(|v| !v.is_null())
             {
                 undecided += 1;
+                println!(
+                    "pgsnap-undecided: seed {seed} PG{} {} at {}: {}",
+                    env.major,
+                    s.name,
+                    r.lsn.map(fmt_lsn).unwrap_or_default(),
+                    r.disagreement.as_deref().unwrap_or_default()
+                );
             }
         }
     }
     println!(
         "pgsnap-counts: random seed {seed} PG{} transactions {done_txns} steps {} units {} slots created {created} \
-         slot states predicted {} (by advance {}) restarts {} commits traced {commits_seen} decoded by test_decoding {decoded_total} ({kinds:?}) .snap files agreeing {files_agreeing} \
-         (byte for byte {files_byte_equal}) undecided {undecided} (of which with a possible writer {writer_dependent}) failures {} ({:.1}s)",
+         slot states predicted {} (by advance {}) restarts {} commits traced {commits_seen} decoded by test_decoding {decoded_total} ({kinds:?}) streamed before their end {streamed} .snap files agreeing {files_agreeing} \
+         (byte for byte {files_byte_equal}) undecided {undecided} (of which with a possible writer {writer_dependent}) \
+         subscription slot traced while active {} rows {} agreeing {} failures {} ({:.1}s)",
         env.major,
         rec.steps.len(),
         rec.units.len(),
@@ -246,6 +262,15 @@ fn print_counts(
             .iter()
             .filter(|s| matches!(s.action, steps::Action::Restart { .. }))
             .count(),
+        out.subscription.as_ref().is_some_and(|s| s.active),
+        out.subscription
+            .as_ref()
+            .and_then(|s| s.trace.as_ref().ok())
+            .map_or(0, Vec::len),
+        out.subscription
+            .as_ref()
+            .and_then(|s| s.trace.as_ref().ok())
+            .map_or(0, |rows| rows.iter().filter(|r| r.agrees == Some(true)).count()),
         failures.len(),
         t0.elapsed().as_secs_f64()
     );
