@@ -19,12 +19,14 @@
 //!   files).
 //! * `storage/`: `bufpage` (page header and line pointers).
 //! * `compare`: not a PostgreSQL file; the replay's `.snap` against the server's.
+//! * `diagnose`: not a PostgreSQL file; "why is my slot stuck?" findings from a replay.
 //!
 //! `tests/layering.rs` checks that the headers stay headers and that the module graph
 //! has no cycle.
 
 pub mod access;
 pub mod compare;
+pub mod diagnose;
 pub mod include;
 pub mod replication;
 pub mod storage;
