@@ -422,3 +422,97 @@ fn d4_creation_through_the_replication_protocol() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// The slot's catalog_xmin and restart_lsn in pg_replication_slots.
+fn slot_horizons(c: &mut Client, slot: &str) -> (u64, u64) {
+    let s = server_slot(c, slot);
+    (s.catalog_xmin.expect("catalog_xmin"), s.restart_lsn)
+}
+
+/// Three rounds of: a RUNNING_XACTS record, then `pg_logical_slot_get_changes` to the end
+/// (a candidate is proposed at a RUNNING_XACTS and taken once confirmed past it).
+fn advance(env: &Env, c: &mut Client, slot: &str) {
+    for _ in 0..3 {
+        env.log_standby_snapshot_flushed(c, "pgsnap_diag_held", "0");
+        consume_changes(c, slot);
+    }
+}
+
+#[test]
+fn d5_created_slot_held_by_an_open_transaction() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let slot = "pgsnap_diag_d5";
+    let _guard = SlotGuard::new(&env, slot);
+    c.batch_execute("CREATE TABLE IF NOT EXISTS pgsnap_diag_held (i int)")
+        .unwrap();
+    create_slot(&env, slot);
+    // Consumed past serialized RUNNING_XACTS first: the decoder restarted there restores
+    // a snapshot and has a restart point when h begins.
+    advance(&env, &mut c, slot);
+    let mut h = OpenXact::begin(&env, "pgsnap-diag-holder");
+    h.exec("INSERT INTO pgsnap_diag_held VALUES (1)");
+    let (h_xid, h_pid) = (h.xid, h.pid);
+    let mut decoy = snapshot_only(&env);
+    let decoy_pid = backend_pid(&mut decoy);
+    advance(&env, &mut c, slot);
+    let (cx, rl) = slot_horizons(&mut c, slot);
+
+    let d = diagnose(&mut c, slot);
+    let held = of_kind(&d, "restart_lsn held");
+    assert_eq!(held.len(), 1, "{d:#?}");
+    assert_eq!((held[0].xid, held[0].pid), (Some(h_xid), Some(h_pid)));
+    let held_at: String = c
+        .query_one(
+            "SELECT lsn::text FROM snapbuild_diagnose($1) WHERE kind = 'restart_lsn held'",
+            &[&slot],
+        )
+        .unwrap()
+        .get(0);
+    // The server's restart_lsn stands exactly where the diagnosis says it is held.
+    assert_eq!(fmt_lsn(rl), held_at, "restart_lsn vs the diagnosis");
+    let cat = of_kind(&d, "catalog_xmin held");
+    assert_eq!(cat.len(), 1, "{d:#?}");
+    assert_eq!((cat[0].xid, cat[0].pid), (Some(h_xid), Some(h_pid)));
+    // The server's catalog_xmin stands where the diagnosis says it is held.
+    let held_text: String = c
+        .query_one(
+            "SELECT substring(finding from 'is held at ([0-9]+)') FROM snapbuild_diagnose($1) WHERE kind = 'catalog_xmin held'",
+            &[&slot],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(cx.to_string(), held_text, "catalog_xmin vs the diagnosis");
+    assert!(d.iter().all(|r| r.pid != Some(decoy_pid)), "{d:#?}");
+
+    // Ending the session not named moves nothing.
+    decoy.batch_execute("COMMIT").unwrap();
+    advance(&env, &mut c, slot);
+    assert_eq!(
+        slot_horizons(&mut c, slot),
+        (cx, rl),
+        "moved without the holder ending"
+    );
+    // Ending the named one: both move on.
+    h.commit();
+    advance(&env, &mut c, slot);
+    let (cx2, rl2) = slot_horizons(&mut c, slot);
+    assert!(
+        cx2 > cx && rl2 > rl,
+        "catalog_xmin {cx} -> {cx2}, restart_lsn {} -> {}",
+        fmt_lsn(rl),
+        fmt_lsn(rl2)
+    );
+    let d = diagnose(&mut c, slot);
+    assert!(
+        d.iter()
+            .all(|r| r.kind != "restart_lsn held" && r.kind != "catalog_xmin held"),
+        "{d:#?}"
+    );
+    println!(
+        "pgsnap-counts: d5 held at catalog_xmin {cx} restart_lsn {}; after the holder: {cx2} {}",
+        fmt_lsn(rl),
+        fmt_lsn(rl2)
+    );
+}

@@ -47,6 +47,7 @@ pub fn replay_slot(slot: &SlotCopy) -> Option<BuilderFacts> {
             .as_ref()
             .map(|(l, _, r)| (*l, r.clone())),
         oldest_txn: b.reorder.oldest_txn(),
+        oldest_base_snapshot: b.reorder.oldest_base_snapshot(),
         replayed_to: ctx.last_end,
     })
 }

@@ -35,6 +35,10 @@ pub struct BuilderFacts {
     /// The reorder buffer's oldest top-level transaction after the replay
     /// (ReorderBufferGetOldestTXN): its xid and restart_decoding_lsn.
     pub oldest_txn: Option<(TransactionId, Lsn)>,
+    /// The transaction holding the reorder buffer's oldest base snapshot
+    /// (ReorderBufferGetOldestXmin, which a consistent decoder proposes as catalog_xmin in
+    /// place of the oldest running xid): its xid and the snapshot's xmin.
+    pub oldest_base_snapshot: Option<(TransactionId, TransactionId)>,
     /// The end of the last record read (the slot's restart_lsn when none was).
     pub replayed_to: Lsn,
 }
@@ -137,7 +141,7 @@ pub enum FindingKind {
     WaitingForEndedTransaction,
     /// Nothing left to wait for but a newer RUNNING_XACTS record.
     WaitingForWal,
-    /// restart_lsn cannot pass the first change of a running transaction.
+    /// restart_lsn cannot pass the restart point of the oldest running transaction.
     RestartLsnHeld,
     /// catalog_xmin cannot pass the oldest running transaction.
     CatalogXminHeld,
@@ -281,12 +285,21 @@ fn oldest_running(b: &BuilderFacts) -> Option<(Lsn, TransactionId)> {
         .then_some((*lsn, r.oldest_running_xid))
 }
 
+/// What a consistent decoder proposes as catalog_xmin at each RUNNING_XACTS
+/// (snapbuild.c SnapBuildProcessRunningXacts): the oldest base snapshot's xmin, held by
+/// that transaction, or else the record's oldest running xid. As (the xid whose end
+/// lets it advance, the proposed xmin).
+fn catalog_xmin_holder(b: &BuilderFacts) -> Option<(TransactionId, TransactionId)> {
+    b.oldest_base_snapshot
+        .or_else(|| oldest_running(b).map(|(_, x)| (x, x)))
+}
+
 /// Every xid whose holder the diagnosis wants to know (look them up in pg_locks).
 pub fn wanted_xids(slot: &SlotFacts, b: Option<&BuilderFacts>) -> Vec<TransactionId> {
     let Some(b) = b else { return Vec::new() };
     let mut v = waited_xids(slot, b);
     if !slot.in_creation {
-        if let Some((_, x)) = oldest_running(b) {
+        if let Some((x, _)) = catalog_xmin_holder(b) {
             v.push(x);
         }
         if let Some((x, _)) = b.oldest_txn {
@@ -563,7 +576,19 @@ fn created_findings(
 ) {
     let mut problems = 0;
     if let Some(b) = builder {
-        if let Some((x, restart)) = b.oldest_txn.filter(|(_, l)| l.is_valid()) {
+        if let Some((x, restart_point)) = b.oldest_txn {
+            // A transaction first seen before the decoder had a restart point proposes
+            // none: restart_lsn then stays where it is.
+            let restart = if restart_point.is_valid() {
+                restart_point.max(slot.restart_lsn)
+            } else {
+                slot.restart_lsn
+            };
+            let how = if restart_point.is_valid() {
+                "decoding must restart there to see"
+            } else {
+                "no restart point is proposed (it began before the decoder had one) while"
+            };
             problems += 1;
             let h = holder_of(holders, x);
             let who = match h.map(|h| &h.kind) {
@@ -574,7 +599,7 @@ fn created_findings(
             let mut f = Finding::new(
                 FindingKind::RestartLsnHeld,
                 format!(
-                    "restart_lsn cannot move past {restart}: xid {x} made its first change there and has not ended in the WAL read up to {}; it is {who}",
+                    "restart_lsn cannot move past {restart}: {how} xid {x}, the oldest transaction with WAL that has not ended up to {}; it is {who}",
                     b.replayed_to
                 ),
             );
@@ -596,7 +621,7 @@ fn created_findings(
             }
             out.push(f);
         }
-        if let Some((l, x)) = oldest_running(b) {
+        if let Some((x, xmin)) = catalog_xmin_holder(b) {
             if let Some(h) = holder_of(holders, x) {
                 problems += 1;
                 let age = server.next_xid.wrapping_sub(slot.catalog_xmin) as i32;
@@ -604,15 +629,20 @@ fn created_findings(
                     HolderKind::Backend(be) => format!("held by {}", describe_backend(be)),
                     HolderKind::Prepared(p) => format!("prepared as gid '{}'", p.gid),
                 };
+                let what = if xmin == x {
+                    format!("xid {x} is the oldest transaction running")
+                } else {
+                    format!("xid {x} decodes with a catalog snapshot of xmin {xmin}")
+                };
                 let mut f = Finding::new(
                     FindingKind::CatalogXminHeld,
                     format!(
-                        "catalog_xmin {} (age {age} xids) cannot advance past xid {x}, the oldest transaction running at the last RUNNING_XACTS ({l}), still {who}; VACUUM cannot remove catalog rows deleted after catalog_xmin",
+                        "catalog_xmin {} (age {age} xids) is held at {xmin}: {what} and has not ended, {who}; VACUUM cannot remove catalog rows deleted after catalog_xmin",
                         slot.catalog_xmin
                     ),
                 );
                 f.xid = Some(x);
-                f.lsn = Some(l);
+                f.lsn = b.last_running.as_ref().map(|(l, _)| *l);
                 match &h.kind {
                     HolderKind::Backend(be) => {
                         f.since = be.xact_start;
