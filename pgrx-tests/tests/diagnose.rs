@@ -100,10 +100,16 @@ fn snapshot_only(env: &Env) -> Client {
 /// Waits until backend `pid` waits for the transaction lock of `xid` (the creation's
 /// SnapBuildWaitSnapshot), as pg_locks shows it.
 fn wait_until_creator_waits(c: &mut Client, pid: i32, xid: u64) {
+    wait_until_creator_waits_any(c, pid, &[xid]);
+}
+
+/// [`wait_until_creator_waits`] for one of `xids` (SnapBuildWaitSnapshot takes the
+/// record's xids in the order the record lists them).
+fn wait_until_creator_waits_any(c: &mut Client, pid: i32, xids: &[u64]) {
     wait_for(
-        &format!("pid {pid} waiting for xid {xid} in pg_locks"),
+        &format!("pid {pid} waiting for one of xids {xids:?} in pg_locks"),
         Duration::from_secs(30),
-        || waits_for_xid(c, pid, xid),
+        || xids.iter().any(|x| waits_for_xid(c, pid, *x)),
     );
 }
 
@@ -153,7 +159,7 @@ fn d1_idle_in_transaction_in_another_database() {
     let mut decoy = snapshot_only(&env);
     let decoy_pid = backend_pid(&mut decoy);
     let mut cr = Creation::start(&env, slot, "test_decoding");
-    wait_until_creator_waits(&mut c, cr.pid, o_xid.min(u.xid));
+    wait_until_creator_waits_any(&mut c, cr.pid, &[o_xid, u.xid]);
 
     let d = diagnose(&mut c, slot);
     let ours = [o_xid, u.xid];
