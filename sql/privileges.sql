@@ -15,6 +15,8 @@ REVOKE ALL ON FUNCTION snapbuild_visibility(regclass, name, pg_lsn, xid, text) F
 REVOKE ALL ON FUNCTION snapbuild_historic_visible(xid, xid, integer, integer, xid, xid, xid[], xid[], integer, integer, xid, xid[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION snapbuild_slot_prediction(name, pg_lsn) FROM PUBLIC;
 REVOKE ALL ON FUNCTION snapbuild_diagnose(name) FROM PUBLIC;
+REVOKE ALL ON FUNCTION snapbuild_slot_health() FROM PUBLIC;
+REVOKE ALL ON snapbuild_slot_health FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION snapbuild_snapshot_info(text) TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_snapshot_files() TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_trace(name, bool) TO pg_read_server_files;
@@ -27,3 +29,5 @@ GRANT EXECUTE ON FUNCTION snapbuild_visibility(regclass, name, pg_lsn, xid, text
 GRANT EXECUTE ON FUNCTION snapbuild_historic_visible(xid, xid, integer, integer, xid, xid, xid[], xid[], integer, integer, xid, xid[]) TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_slot_prediction(name, pg_lsn) TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_diagnose(name) TO pg_read_server_files;
+GRANT EXECUTE ON FUNCTION snapbuild_slot_health() TO pg_read_server_files;
+GRANT SELECT ON snapbuild_slot_health TO pg_read_server_files;

@@ -522,3 +522,90 @@ fn d5_created_slot_held_by_an_open_transaction() {
         fmt_lsn(rl2)
     );
 }
+
+/// One row of the `snapbuild_slot_health` view, the columns the test checks.
+#[derive(Debug)]
+struct HealthRow {
+    state: Option<String>,
+    in_creation: bool,
+    waiting_xids: i32,
+    oldest_blocking_pid: Option<i32>,
+    replayed_bytes: i64,
+}
+
+fn health(c: &mut Client, slot: &str) -> HealthRow {
+    let r = c
+        .query_one(
+            "SELECT state, in_creation, waiting_xids, oldest_blocking_pid, replayed_bytes
+               FROM snapbuild_slot_health WHERE slot_name = $1",
+            &[&slot],
+        )
+        .unwrap_or_else(|e| panic!("snapbuild_slot_health {slot}: {}", err_text(&e)));
+    let h = HealthRow {
+        state: r.get(0),
+        in_creation: r.get(1),
+        waiting_xids: r.get(2),
+        oldest_blocking_pid: r.get(3),
+        replayed_bytes: r.get(4),
+    };
+    println!("pgsnap-health: {slot}: {h:?}");
+    h
+}
+
+#[test]
+fn d6_slot_health_names_the_blocker_and_resumes_its_replay() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let slot = "pgsnap_diag_d6";
+    let _guard = SlotGuard::new(&env, slot);
+    c.batch_execute("CREATE TABLE IF NOT EXISTS pgsnap_diag_held (i int)")
+        .unwrap();
+    let b = OpenXact::begin(&env, "pgsnap-diag-health-blocker");
+    let mut cr = Creation::start(&env, slot, "test_decoding");
+    wait_until_creator_waits(&mut c, cr.pid, b.xid);
+    // A monitoring session, scraping twice.
+    let mut m = env.connect("pgsnap-diag-monitor");
+    let h = health(&mut m, slot);
+    assert_eq!(h.state.as_deref(), Some("building"));
+    assert!(h.in_creation);
+    assert_eq!(h.waiting_xids, 1);
+    assert_eq!(h.oldest_blocking_pid, Some(b.pid));
+    assert!(h.replayed_bytes > 0);
+    still_waiting(&mut cr, 500);
+    b.commit();
+    cr.wait(Duration::from_secs(20));
+    // The creation ended: another decoder (restarted at confirmed_flush), replayed afresh.
+    let h = health(&mut m, slot);
+    assert_eq!(h.state.as_deref(), Some("consistent"));
+    assert!(!h.in_creation);
+    assert_eq!((h.waiting_xids, h.oldest_blocking_pid), (0, None));
+    // About 4 MB of WAL: the first scrape reads it, the next one resumes at its end.
+    c.batch_execute("INSERT INTO pgsnap_diag_held SELECT generate_series(1, 60000)")
+        .unwrap();
+    let f0 = flush_lsn(&mut c);
+    let first = health(&mut m, slot);
+    let f1 = flush_lsn(&mut c);
+    let again = health(&mut m, slot);
+    let f2 = flush_lsn(&mut c);
+    assert!(
+        first.replayed_bytes >= (f0 - server_slot(&mut c, slot).restart_lsn) as i64 - 8192,
+        "{first:?}"
+    );
+    assert!(
+        again.replayed_bytes <= (f2 - f1.min(f0)) as i64 + 8192
+            && again.replayed_bytes < first.replayed_bytes / 10,
+        "the repeated scrape read {} bytes (first {}), WAL flushed meanwhile {}",
+        again.replayed_bytes,
+        first.replayed_bytes,
+        f2 - f0
+    );
+    // A fresh session has no cache: it reads it all again.
+    let mut m2 = env.connect("pgsnap-diag-monitor2");
+    let other = health(&mut m2, slot);
+    assert!(other.replayed_bytes >= first.replayed_bytes, "{other:?}");
+    println!(
+        "pgsnap-counts: d6 first scrape {} bytes, repeated {} bytes, another session {} bytes",
+        first.replayed_bytes, again.replayed_bytes, other.replayed_bytes
+    );
+}

@@ -727,6 +727,69 @@ fn created_findings(
     }
 }
 
+/// A slot's health in numbers (`snapbuild_slot_health`), for monitoring.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Health {
+    /// The builder's state after the replay (None: not replayed, e.g. invalidated).
+    pub state: Option<SnapBuildState>,
+    pub invalidated: bool,
+    pub in_creation: bool,
+    /// How many xids the creation waits for (live or ended; 0 for a created slot).
+    pub waiting_xids: i32,
+    /// The backend the first problem finding names (a creation's first live blocker, or
+    /// the holder of restart_lsn / catalog_xmin).
+    pub oldest_blocking_pid: Option<i32>,
+    /// Flush position minus restart_lsn.
+    pub restart_lsn_lag_bytes: Option<i64>,
+    /// Flush position minus confirmed_flush (None while being created).
+    pub confirmed_flush_lag_bytes: Option<i64>,
+    /// Next xid minus catalog_xmin.
+    pub catalog_xmin_age: Option<i32>,
+    /// The last RUNNING_XACTS record the replay read, and the WAL flushed after it.
+    pub last_running_xacts: Option<Lsn>,
+    pub wal_since_running_xacts_bytes: Option<i64>,
+}
+
+/// [`Health`] from the same inputs as [`diagnose`].
+pub fn health(
+    slot: &SlotFacts,
+    builder: Option<&BuilderFacts>,
+    server: &ServerFacts,
+    holders: &[Holder],
+) -> Health {
+    let findings = diagnose(slot, builder, server, holders);
+    let blocking = findings.iter().find_map(|f| match f.kind {
+        Some(
+            FindingKind::WaitingForTransaction
+            | FindingKind::RestartLsnHeld
+            | FindingKind::CatalogXminHeld,
+        ) => f.backend.as_ref().map(|b| b.pid),
+        _ => None,
+    });
+    let last = builder.and_then(|b| b.last_running.as_ref().map(|(l, _)| *l));
+    Health {
+        state: builder.and_then(|b| b.state),
+        invalidated: findings
+            .first()
+            .is_some_and(|f| f.kind == Some(FindingKind::Invalidated)),
+        in_creation: slot.in_creation,
+        waiting_xids: builder.map_or(0, |b| waited_xids(slot, b).len() as i32),
+        oldest_blocking_pid: blocking,
+        restart_lsn_lag_bytes: slot
+            .restart_lsn
+            .is_valid()
+            .then(|| bytes_between(slot.restart_lsn, server.flush_lsn)),
+        confirmed_flush_lag_bytes: slot
+            .confirmed_flush
+            .is_valid()
+            .then(|| bytes_between(slot.confirmed_flush, server.flush_lsn)),
+        catalog_xmin_age: transam::is_normal(slot.catalog_xmin)
+            .then(|| server.next_xid.wrapping_sub(slot.catalog_xmin) as i32),
+        last_running_xacts: last,
+        wal_since_running_xacts_bytes: last.map(|l| bytes_between(l, server.flush_lsn)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -959,5 +1022,30 @@ mod tests {
         s.candidate_restart_valid = Lsn(0);
         let f = diagnose(&s, Some(&b), &server(18), &[]);
         assert_eq!(kinds(&f).last(), Some(&"healthy"));
+    }
+
+    #[test]
+    fn health_counts_waits_and_names_the_first_live_blocker() {
+        let b = BuilderFacts {
+            state: Some(SnapBuildState::BuildingSnapshot),
+            next_phase_at: 800,
+            last_running: Some((Lsn(0x1800), running(805, &[750, 790], &[]))),
+            replayed_to: Lsn(0x1900),
+            ..Default::default()
+        };
+        let holders = [Holder {
+            xid: 790,
+            kind: HolderKind::Backend(backend(42)),
+        }];
+        let h = health(&creating(), Some(&b), &server(18), &holders);
+        assert_eq!(h.state, Some(SnapBuildState::BuildingSnapshot));
+        assert!(h.in_creation && !h.invalidated);
+        assert_eq!(h.waiting_xids, 2);
+        assert_eq!(h.oldest_blocking_pid, Some(42));
+        assert_eq!(h.restart_lsn_lag_bytes, Some(0x1000));
+        assert_eq!(h.confirmed_flush_lag_bytes, None);
+        assert_eq!(h.catalog_xmin_age, Some(300));
+        assert_eq!(h.last_running_xacts, Some(Lsn(0x1800)));
+        assert_eq!(h.wal_since_running_xacts_bytes, Some(0x800));
     }
 }

@@ -138,3 +138,88 @@ fn snapbuild_diagnose(
     });
     TableIterator::new(findings.into_iter().map(row))
 }
+
+fn state_text(h: &snapbuild_core::diagnose::Health) -> Option<String> {
+    use snapbuild_core::SnapBuildState as S;
+    if h.invalidated {
+        return Some("invalidated".into());
+    }
+    h.state.map(|s| {
+        match s {
+            S::Start => "start",
+            S::BuildingSnapshot => "building",
+            S::FullSnapshot => "full",
+            S::Consistent => "consistent",
+        }
+        .to_owned()
+    })
+}
+
+/// One row per logical slot, numbers only, for monitoring (the view
+/// `snapbuild_slot_health` selects from it): `slot_name`, `state` (the snapshot
+/// builder's state after replaying the slot to the flush position: `start`, `building`,
+/// `full`, `consistent`; `invalidated`; NULL when its WAL is gone), `in_creation`,
+/// `waiting_xids` (int4: xids a creation waits for), `oldest_blocking_pid` (int4: the
+/// backend `snapbuild_diagnose` names first as holding the creation, restart_lsn or
+/// catalog_xmin), `restart_lsn_lag_bytes` and `confirmed_flush_lag_bytes` (int8: the flush
+/// position minus restart_lsn / confirmed_flush), `catalog_xmin_age` (int4: xids),
+/// `last_running_xacts` (pg_lsn: the last RUNNING_XACTS record read),
+/// `wal_since_running_xacts_bytes` (int8), `replayed_bytes` (int8: WAL this call read).
+///
+/// Each slot's replay stays in this backend's memory between calls (until the slot's
+/// restart_lsn moves, or its creation ends, or it is dropped): a repeated call reads
+/// only the WAL flushed since the previous one. A slot that vanishes meanwhile is
+/// skipped. Physical slots are not listed. Read-only; no errors of its own.
+#[pg_extern]
+#[allow(clippy::type_complexity)]
+fn snapbuild_slot_health() -> TableIterator<
+    'static,
+    (
+        name!(slot_name, PgName),
+        name!(state, Option<String>),
+        name!(in_creation, bool),
+        name!(waiting_xids, i32),
+        name!(oldest_blocking_pid, Option<i32>),
+        name!(restart_lsn_lag_bytes, Option<i64>),
+        name!(confirmed_flush_lag_bytes, Option<i64>),
+        name!(catalog_xmin_age, Option<i32>),
+        name!(last_running_xacts, Option<PgLsn>),
+        name!(wal_since_running_xacts_bytes, Option<i64>),
+        name!(replayed_bytes, i64),
+    ),
+> {
+    let slots: Vec<_> = crate::adapter::slots::copy_slots()
+        .into_iter()
+        .filter(|s| s.logical)
+        .collect();
+    let live: Vec<String> = slots.iter().map(|s| s.name.clone()).collect();
+    let mut rows = Vec::new();
+    for slot in &slots {
+        pgrx::check_for_interrupts!();
+        let Some((h, read)) = crate::context::diagnose::slot_health(slot, &live) else {
+            continue;
+        };
+        rows.push((
+            PgName(slot.name.clone()),
+            state_text(&h),
+            h.in_creation,
+            h.waiting_xids,
+            h.oldest_blocking_pid,
+            h.restart_lsn_lag_bytes,
+            h.confirmed_flush_lag_bytes,
+            h.catalog_xmin_age,
+            h.last_running_xacts.map(PgLsn::from),
+            h.wal_since_running_xacts_bytes,
+            read as i64,
+        ));
+    }
+    TableIterator::new(rows)
+}
+
+pgrx::extension_sql!(
+    r#"
+CREATE VIEW snapbuild_slot_health AS SELECT * FROM snapbuild_slot_health();
+"#,
+    name = "snapbuild_slot_health_view",
+    requires = [snapbuild_slot_health]
+);

@@ -29,4 +29,15 @@ SELECT * FROM diag;
 -- after consuming: the same kinds, nothing lags
 SELECT count(*) >= 0 AS consumed FROM pg_logical_slot_get_changes('snapbuild_regress_diag', NULL, NULL);
 SELECT kind, bytes < 65536 AS caught_up FROM snapbuild_diagnose('snapbuild_regress_diag') WHERE kind = 'consumer lag';
+-- the health view: one row for it, numbers only; a repeated scrape in this session reads
+-- no WAL that was read before
+SELECT slot_name, state, in_creation, waiting_xids, oldest_blocking_pid,
+       restart_lsn_lag_bytes >= 0 AS restart_lag, confirmed_flush_lag_bytes >= 0 AS confirmed_lag,
+       catalog_xmin_age >= 0 AS age, last_running_xacts IS NOT NULL AS has_running_xacts,
+       replayed_bytes > 0 AS replayed
+FROM snapbuild_slot_health WHERE slot_name = 'snapbuild_regress_diag';
+SELECT replayed_bytes < 65536 AS resumed FROM snapbuild_slot_health
+WHERE slot_name = 'snapbuild_regress_diag';
 SELECT pg_drop_replication_slot('snapbuild_regress_diag');
+SELECT count(*) AS rows_for_the_dropped_slot FROM snapbuild_slot_health
+WHERE slot_name = 'snapbuild_regress_diag';
