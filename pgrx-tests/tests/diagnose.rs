@@ -609,3 +609,84 @@ fn d6_slot_health_names_the_blocker_and_resumes_its_replay() {
         first.replayed_bytes, again.replayed_bytes, other.replayed_bytes
     );
 }
+
+/// Puts `max_slot_wal_keep_size` back when the test ends.
+struct KeepSizeGuard(Env);
+
+impl Drop for KeepSizeGuard {
+    fn drop(&mut self) {
+        if let Ok(mut c) = std::panic::catch_unwind(|| self.0.connect("pgsnap-diag-cleanup")) {
+            let _ = c.batch_execute("ALTER SYSTEM RESET max_slot_wal_keep_size");
+            let _ = c.batch_execute("SELECT pg_reload_conf()");
+        }
+    }
+}
+
+#[test]
+fn d7_invalidated_slot_is_the_only_finding() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let slot = "pgsnap_diag_d7";
+    let _guard = SlotGuard::new(&env, slot);
+    c.batch_execute("CREATE TABLE IF NOT EXISTS pgsnap_diag_held (i int)")
+        .unwrap();
+    create_slot(&env, slot);
+    let _keep = KeepSizeGuard(env.clone());
+    c.batch_execute("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
+        .unwrap();
+    c.batch_execute("SELECT pg_reload_conf()").unwrap();
+    // The server removes the WAL the slot needs at a checkpoint once it is past the limit.
+    wait_for(
+        "the slot's wal_status to be lost",
+        Duration::from_secs(60),
+        || {
+            for sql in [
+                "INSERT INTO pgsnap_diag_held SELECT generate_series(1, 20000)",
+                "SELECT pg_switch_wal()",
+                "CHECKPOINT",
+            ] {
+                c.batch_execute(sql).unwrap();
+            }
+            let st: Option<String> = c
+                .query_one(
+                    "SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1",
+                    &[&slot],
+                )
+                .unwrap()
+                .get(0);
+            st.as_deref() == Some("lost")
+        },
+    );
+    let reason: Option<String> = if env.major >= 17 {
+        c.query_one(
+            "SELECT invalidation_reason FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .unwrap()
+        .get(0)
+    } else {
+        Some("wal_removed".into())
+    };
+    let d = diagnose(&mut c, slot);
+    assert_eq!(d.len(), 1, "{d:#?}");
+    assert_eq!(d[0].kind, "invalidated");
+    let finding: String = c
+        .query_one("SELECT finding FROM snapbuild_diagnose($1)", &[&slot])
+        .unwrap()
+        .get(0);
+    let reason = reason.expect("the server's invalidation_reason");
+    assert!(
+        finding.contains(&reason),
+        "{finding} vs the server's {reason}"
+    );
+    let state: Option<String> = c
+        .query_one(
+            "SELECT state FROM snapbuild_slot_health WHERE slot_name = $1",
+            &[&slot],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(state.as_deref(), Some("invalidated"));
+    println!("pgsnap-counts: d7 invalidated ({reason}): {finding}");
+}
