@@ -233,6 +233,8 @@ pub fn slot_health(slot: &SlotCopy, live: &[String]) -> Option<(diagnose::Health
         || facts.wal_status.as_deref() == Some("lost")
         || slot.restart_lsn == 0;
     let (builder, read) = if invalid {
+        // Its WAL may be gone: let go of a replay kept from before.
+        REPLAYS.with(|r| r.borrow_mut().remove(&slot.name));
         (None, 0)
     } else {
         match replay_slot_cached(slot, live) {
