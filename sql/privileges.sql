@@ -14,6 +14,9 @@ REVOKE ALL ON FUNCTION snapbuild_historic_snapshot_from_file(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION snapbuild_visibility(regclass, name, pg_lsn, xid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION snapbuild_historic_visible(xid, xid, integer, integer, xid, xid, xid[], xid[], integer, integer, xid, xid[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION snapbuild_slot_prediction(name, pg_lsn, bool) FROM PUBLIC;
+REVOKE ALL ON FUNCTION snapbuild_diagnose(name) FROM PUBLIC;
+REVOKE ALL ON FUNCTION snapbuild_slot_health() FROM PUBLIC;
+REVOKE ALL ON snapbuild_slot_health FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION snapbuild_snapshot_info(text) TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_snapshot_files() TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_trace(name, bool) TO pg_read_server_files;
@@ -25,3 +28,6 @@ GRANT EXECUTE ON FUNCTION snapbuild_historic_snapshot_from_file(text) TO pg_read
 GRANT EXECUTE ON FUNCTION snapbuild_visibility(regclass, name, pg_lsn, xid, text) TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_historic_visible(xid, xid, integer, integer, xid, xid, xid[], xid[], integer, integer, xid, xid[]) TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_slot_prediction(name, pg_lsn, bool) TO pg_read_server_files;
+GRANT EXECUTE ON FUNCTION snapbuild_diagnose(name) TO pg_read_server_files;
+GRANT EXECUTE ON FUNCTION snapbuild_slot_health() TO pg_read_server_files;
+GRANT SELECT ON snapbuild_slot_health TO pg_read_server_files;

@@ -2,6 +2,7 @@
 //! replication slots from shared memory, `.snap` files from the data directory, and heap
 //! pages through the buffer manager.
 
+pub mod activity;
 pub mod heap;
 pub mod server_log;
 pub mod slots;

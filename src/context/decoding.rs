@@ -243,26 +243,41 @@ impl DecodingContext {
             unsafe { pg_sys::pg_usleep(10_000) };
             waited += 10;
             pgrx::check_for_interrupts!();
-            if wal::flush_lsn() > self.last_end {
-                // The next record may still be only partly flushed: keep waiting then.
-                let from = if self.records > 0 {
-                    Lsn(self.last_end.0.div_ceil(8) * 8)
-                } else {
-                    self.input.start
-                };
-                let mcx = self.mcx;
-                let opened = unsafe {
-                    pgrx::PgMemoryContexts::For(mcx).switch_to(|_| WalReader::try_open(from))
-                };
-                if let Some(mut r) = opened {
-                    r.with_names = self.input.all_records;
-                    self.reader = Some(r);
-                    self.stopped = None;
-                    return true;
-                }
+            if self.resume() {
+                return true;
             }
         }
         false
+    }
+
+    /// After the loop stopped at the end of flushed WAL: when a complete record following
+    /// the last one has been flushed since, re-opens the reader there (without waiting) so
+    /// that the loop goes on where it stopped. True when there is a record to read again.
+    pub fn resume(&mut self) -> bool {
+        if self.stopped != Some(Stop::EndOfWal) && self.stopped != Some(Stop::NothingFlushedYet) {
+            return false;
+        }
+        if wal::flush_lsn() <= self.last_end {
+            return false;
+        }
+        // The next record may still be only partly flushed: then nothing is re-opened.
+        let from = if self.records > 0 {
+            Lsn(self.last_end.0.div_ceil(8) * 8)
+        } else {
+            self.input.start
+        };
+        let mcx = self.mcx;
+        let opened =
+            unsafe { pgrx::PgMemoryContexts::For(mcx).switch_to(|_| WalReader::try_open(from)) };
+        match opened {
+            Some(mut r) => {
+                r.with_names = self.input.all_records;
+                self.reader = Some(r);
+                self.stopped = None;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Runs the loop to its end and takes the builder's snapshot once the next record

@@ -12,6 +12,7 @@
 //! here calls up into `sql`.
 
 pub mod decoding;
+pub mod diagnose;
 pub mod input;
 pub mod verdict;
 pub mod writers;

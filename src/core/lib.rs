@@ -21,12 +21,14 @@
 //! * `compare`: not a PostgreSQL file; the replay's `.snap` against the server's.
 //! * `server_log`: not a PostgreSQL file; the server log's lines about decoders (which
 //!   ones could have written a `.snap` file).
+//! * `diagnose`: not a PostgreSQL file; "why is my slot stuck?" findings from a replay.
 //!
 //! `tests/layering.rs` checks that the headers stay headers and that the module graph
 //! has no cycle.
 
 pub mod access;
 pub mod compare;
+pub mod diagnose;
 pub mod include;
 pub mod replication;
 pub mod server_log;

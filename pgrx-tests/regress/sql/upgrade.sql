@@ -43,6 +43,7 @@ SELECT * FROM (
 ) d ORDER BY object, side;
 \x off
 -- not vacuous: both have the same, non-zero number of members and functions
-SELECT count(*) AS members, count(function) AS functions,
+-- (types are not counted: 17+ also records a view's row types as members, 14-16 do not)
+SELECT count(*) FILTER (WHERE object NOT LIKE 'type %') AS members, count(function) AS functions,
        count(*) = (SELECT count(*) FROM snapbuild_updated) AS same_count
 FROM snapbuild_fresh;

@@ -294,6 +294,9 @@ pub struct Replay {
     pub slot_db: u32,
     /// Two-phase decoding (off unless set after [`Replay::new`]).
     pub two_phase: TwoPhaseDecoding,
+    /// The last RUNNING_XACTS record fed, as (start LSN, end LSN, record): what a
+    /// diagnosis reads the waited-for and oldest running xids from.
+    pub last_running_xacts: Option<(Lsn, Lsn, RunningXacts)>,
 }
 
 /// The builder's tracked sets, to tell whether a record changed them.
@@ -327,6 +330,7 @@ impl Replay {
             builder: SnapBuild::new(p),
             slot_db,
             two_phase: TwoPhaseDecoding::default(),
+            last_running_xacts: None,
         }
     }
 
@@ -429,6 +433,7 @@ impl Replay {
                     Ok(step) => {
                         let mut row = self.row(head, before, Some(step));
                         row.running_xids = Some(running.xids.clone());
+                        self.last_running_xacts = Some((head.lsn, head.end_lsn, running.clone()));
                         row
                     }
                     Err((step, e)) => return Err(fail(self, step, e)),

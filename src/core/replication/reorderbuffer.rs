@@ -364,6 +364,16 @@ impl ReorderModel {
             .map(|b| b.1)
     }
 
+    /// The transaction ReorderBufferGetOldestXmin takes its answer from (the oldest base
+    /// snapshot, `txns_by_base_snapshot_lsn`'s head): (its xid, the snapshot's xmin).
+    pub fn oldest_base_snapshot(&self) -> Option<(TransactionId, TransactionId)> {
+        self.txns
+            .iter()
+            .filter_map(|(x, t)| t.base_snapshot.map(|b| (b.0, *x, b.1)))
+            .min_by_key(|(l, x, _)| (l.0, *x))
+            .map(|(_, x, xmin)| (x, xmin))
+    }
+
     /// Re-runs reorderbuffer.c ReorderBufferGetOldestTXN: the top-level transaction with
     /// the lowest first_lsn, as (xid, restart_decoding_lsn).
     pub fn oldest_txn(&self) -> Option<(TransactionId, Lsn)> {

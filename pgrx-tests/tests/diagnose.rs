@@ -1,0 +1,692 @@
+//! `snapbuild_diagnose` against the server (issue 10): a slot creation hangs on a
+//! transaction; the diagnosis must name what holds it, and the server must prove the
+//! name right: ending a session the diagnosis does not name leaves the creation waiting,
+//! ending the one it names lets the creation return within seconds.
+//!
+//! - d1: an idle-in-transaction backend in another database, beside a second waited-for
+//!   transaction and a session with a snapshot but no xid (not waited for): ending the
+//!   snapshot session and then the second transaction leaves the creation waiting (the
+//!   ended one is reported as ended), ending the other database's session finishes it.
+//! - d2: a prepared transaction (gid, database): COMMIT PREPARED finishes the creation.
+//! - d3: a transaction whose changes are in a subtransaction (SAVEPOINT, INSERT): named by
+//!   its top-level xid and backend, not by the subxid.
+//! - d4: a creation through the replication protocol (`CREATE_REPLICATION_SLOT … LOGICAL`
+//!   from psql with `replication=database`, as CDC tools do): the walsender's slot
+//!   names the blocker; committing it ends psql successfully.
+//!
+//! The truths come from the server: pids from `pg_backend_pid()` of the sessions opened
+//! here, xids from `pg_current_xact_id()`, gids from the PREPARE, the creator's lock wait
+//! in `pg_locks`, and the creation returning.
+
+use pg_snapbuild_tests::*;
+use postgres::Client;
+use std::time::{Duration, Instant};
+
+/// One row of `snapbuild_diagnose`, the columns the tests check.
+#[derive(Debug, Clone)]
+struct Diag {
+    kind: String,
+    xid: Option<u64>,
+    pid: Option<i32>,
+    gid: Option<String>,
+    datname: Option<String>,
+    remedy: Option<String>,
+}
+
+fn diagnose(c: &mut Client, slot: &str) -> Vec<Diag> {
+    let rows = c
+        .query(
+            "SELECT kind, xid::text, pid, gid, datname, remedy, finding FROM snapbuild_diagnose($1)",
+            &[&slot],
+        )
+        .unwrap_or_else(|e| panic!("snapbuild_diagnose({slot}): {}", err_text(&e)));
+    let out: Vec<Diag> = rows
+        .iter()
+        .map(|r| Diag {
+            kind: r.get(0),
+            xid: r.get::<_, Option<String>>(1).map(|s| s.parse().unwrap()),
+            pid: r.get(2),
+            gid: r.get(3),
+            datname: r.get(4),
+            remedy: r.get(5),
+        })
+        .collect();
+    for r in &rows {
+        println!(
+            "pgsnap-diagnose: {slot}: {} | {}",
+            r.get::<_, String>(0),
+            r.get::<_, String>(6)
+        );
+    }
+    out
+}
+
+fn of_kind<'a>(d: &'a [Diag], kind: &str) -> Vec<&'a Diag> {
+    d.iter().filter(|r| r.kind == kind).collect()
+}
+
+/// A session in database `name` (created if missing).
+fn connect_db(env: &Env, c: &mut Client, name: &str, app: &str) -> Client {
+    let exists = c
+        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name])
+        .unwrap()
+        .is_some();
+    if !exists {
+        c.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+    }
+    let mut cfg = postgres::Config::new();
+    cfg.host(&env.host)
+        .port(env.port)
+        .user(&env.user)
+        .dbname(name)
+        .application_name(app);
+    cfg.connect(postgres::NoTls).unwrap()
+}
+
+/// A session holding a snapshot (REPEATABLE READ, one query) but no xid: a slot creation
+/// does not wait for it.
+fn snapshot_only(env: &Env) -> Client {
+    let mut d = env.connect("pgsnap-diag-decoy");
+    d.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_class")
+        .unwrap();
+    let has_xid: bool = d
+        .query_one("SELECT pg_current_xact_id_if_assigned() IS NOT NULL", &[])
+        .unwrap()
+        .get(0);
+    assert!(!has_xid, "the decoy must hold no xid");
+    d
+}
+
+/// Waits until backend `pid` waits for the transaction lock of `xid` (the creation's
+/// SnapBuildWaitSnapshot), as pg_locks shows it.
+fn wait_until_creator_waits(c: &mut Client, pid: i32, xid: u64) {
+    wait_until_creator_waits_any(c, pid, &[xid]);
+}
+
+/// [`wait_until_creator_waits`] for one of `xids` (SnapBuildWaitSnapshot takes the
+/// record's xids in the order the record lists them).
+fn wait_until_creator_waits_any(c: &mut Client, pid: i32, xids: &[u64]) {
+    wait_for(
+        &format!("pid {pid} waiting for one of xids {xids:?} in pg_locks"),
+        Duration::from_secs(30),
+        || xids.iter().any(|x| waits_for_xid(c, pid, *x)),
+    );
+}
+
+/// The creation has not returned after `ms` milliseconds.
+fn still_waiting(cr: &mut Creation, ms: u64) {
+    std::thread::sleep(Duration::from_millis(ms));
+    assert!(
+        !cr.try_done(),
+        "the creation of {} returned although its named blocker is still open",
+        cr.slot
+    );
+}
+
+/// Asserts the diagnosis of a hung creation: a `creation waiting` row, and `kind` rows
+/// naming exactly `want` among the xids of `ours` (the sessions this test opened).
+fn assert_names(d: &[Diag], kind: &str, want: &[u64], ours: &[u64]) {
+    assert_eq!(
+        of_kind(d, "creation waiting").len(),
+        1,
+        "one creation waiting row: {d:#?}"
+    );
+    let named: Vec<u64> = of_kind(d, kind)
+        .iter()
+        .filter_map(|r| r.xid)
+        .filter(|x| ours.contains(x))
+        .collect();
+    let mut named_sorted = named.clone();
+    named_sorted.sort();
+    let mut want_sorted = want.to_vec();
+    want_sorted.sort();
+    assert_eq!(named_sorted, want_sorted, "{kind} rows: {d:#?}");
+}
+
+#[test]
+fn d1_idle_in_transaction_in_another_database() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let slot = "pgsnap_diag_d1";
+    let _guard = SlotGuard::new(&env, slot);
+    // o: idle in transaction in another database; u: a second one here.
+    let mut o = connect_db(&env, &mut c, "pgsnap_diag_other", "pgsnap-diag-other");
+    let o_pid = backend_pid(&mut o);
+    o.batch_execute("BEGIN").unwrap();
+    let o_xid = current_xid(&mut o);
+    let u = OpenXact::begin(&env, "pgsnap-diag-u");
+    let mut decoy = snapshot_only(&env);
+    let decoy_pid = backend_pid(&mut decoy);
+    let mut cr = Creation::start(&env, slot, "test_decoding");
+    wait_until_creator_waits_any(&mut c, cr.pid, &[o_xid, u.xid]);
+
+    let d = diagnose(&mut c, slot);
+    let ours = [o_xid, u.xid];
+    assert_names(&d, "waiting for transaction", &[o_xid, u.xid], &ours);
+    let row_o = of_kind(&d, "waiting for transaction")
+        .into_iter()
+        .find(|r| r.xid == Some(o_xid))
+        .unwrap()
+        .clone();
+    assert_eq!(row_o.pid, Some(o_pid), "{row_o:?}");
+    assert_eq!(row_o.datname.as_deref(), Some("pgsnap_diag_other"));
+    assert!(
+        row_o
+            .remedy
+            .as_deref()
+            .unwrap_or("")
+            .contains(&format!("pg_terminate_backend({o_pid})")),
+        "{row_o:?}"
+    );
+    let row_u = of_kind(&d, "waiting for transaction")
+        .into_iter()
+        .find(|r| r.xid == Some(u.xid))
+        .unwrap()
+        .clone();
+    assert_eq!(row_u.pid, Some(u.pid));
+    assert!(
+        d.iter().all(|r| r.pid != Some(decoy_pid)),
+        "the snapshot-only session is named: {d:#?}"
+    );
+
+    // Ending the session the diagnosis does not name changes nothing.
+    decoy.batch_execute("COMMIT").unwrap();
+    still_waiting(&mut cr, 1500);
+    // Ending one of the two named: still waiting, now for o alone; u is reported as ended.
+    let u_xid = u.xid;
+    u.commit();
+    still_waiting(&mut cr, 1500);
+    let d = diagnose(&mut c, slot);
+    assert_names(&d, "waiting for transaction", &[o_xid], &ours);
+    assert!(
+        of_kind(&d, "waiting for ended transaction")
+            .iter()
+            .any(|r| r.xid == Some(u_xid))
+            || of_kind(&d, "waiting for transaction")
+                .iter()
+                .all(|r| r.xid != Some(u_xid)),
+        "{d:#?}"
+    );
+    // Ending the named one: the creation returns within seconds.
+    let t0 = Instant::now();
+    o.batch_execute("COMMIT").unwrap();
+    let lsn = cr.wait(Duration::from_secs(20));
+    println!(
+        "pgsnap-counts: d1 creation returned {} {:?} after the named blocker ended",
+        fmt_lsn(lsn),
+        t0.elapsed()
+    );
+    // The created slot: no creation rows any more.
+    let d = diagnose(&mut c, slot);
+    assert!(
+        d.iter()
+            .all(|r| !r.kind.contains("creation") && !r.kind.starts_with("waiting")),
+        "{d:#?}"
+    );
+}
+
+/// Rolls back prepared transaction `gid` if it still exists (cleanup on failure).
+struct PreparedGuard {
+    env: Env,
+    gid: String,
+}
+
+impl Drop for PreparedGuard {
+    fn drop(&mut self) {
+        if let Ok(mut c) = std::panic::catch_unwind(|| self.env.connect("pgsnap-diag-cleanup")) {
+            let exists = c
+                .query_opt(
+                    "SELECT 1 FROM pg_prepared_xacts WHERE gid = $1",
+                    &[&self.gid],
+                )
+                .ok()
+                .flatten()
+                .is_some();
+            if exists {
+                let _ = c.batch_execute(&format!("ROLLBACK PREPARED '{}'", self.gid));
+            }
+        }
+    }
+}
+
+#[test]
+fn d2_prepared_transaction() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let (slot, gid) = ("pgsnap_diag_d2", "pgsnap_diag_gid_d2");
+    let _guard = SlotGuard::new(&env, slot);
+    let _pg = PreparedGuard {
+        env: env.clone(),
+        gid: gid.into(),
+    };
+    c.batch_execute("CREATE TABLE IF NOT EXISTS pgsnap_diag_prep (i int)")
+        .unwrap();
+    let mut p = OpenXact::begin(&env, "pgsnap-diag-prep");
+    p.exec("INSERT INTO pgsnap_diag_prep VALUES (1)");
+    let p_xid = p.xid;
+    p.prepare(gid);
+    let mut cr = Creation::start(&env, slot, "test_decoding");
+    wait_until_creator_waits(&mut c, cr.pid, p_xid);
+
+    let d = diagnose(&mut c, slot);
+    assert_names(&d, "waiting for prepared transaction", &[p_xid], &[p_xid]);
+    let r = of_kind(&d, "waiting for prepared transaction")[0].clone();
+    assert_eq!(r.gid.as_deref(), Some(gid), "{r:?}");
+    assert_eq!(r.pid, None);
+    assert_eq!(r.datname.as_deref(), Some(env.dbname.as_str()));
+    assert!(
+        r.remedy
+            .as_deref()
+            .unwrap_or("")
+            .contains(&format!("COMMIT PREPARED '{gid}'")),
+        "{r:?}"
+    );
+    still_waiting(&mut cr, 1000);
+    c.batch_execute(&format!("COMMIT PREPARED '{gid}'"))
+        .unwrap();
+    let t0 = Instant::now();
+    let lsn = cr.wait(Duration::from_secs(20));
+    println!(
+        "pgsnap-counts: d2 creation returned {} {:?} after COMMIT PREPARED of the named gid",
+        fmt_lsn(lsn),
+        t0.elapsed()
+    );
+}
+
+#[test]
+fn d3_subtransaction_is_named_by_its_top_level() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let slot = "pgsnap_diag_d3";
+    let _guard = SlotGuard::new(&env, slot);
+    c.batch_execute("CREATE TABLE IF NOT EXISTS pgsnap_diag_sub (i int)")
+        .unwrap();
+    let mut s = env.connect("pgsnap-diag-sub");
+    let s_pid = backend_pid(&mut s);
+    s.batch_execute("BEGIN; SAVEPOINT a; INSERT INTO pgsnap_diag_sub VALUES (1)")
+        .unwrap();
+    // The server's xids: the top level (pg_current_xact_id) and the subtransaction's (the
+    // inserted row's xmin).
+    let top = current_xid(&mut s);
+    let sub: u64 = s
+        .query_one(
+            "SELECT xmin::text FROM pgsnap_diag_sub WHERE xmin::text::int8 <> $1::text::int8 ORDER BY 1 DESC LIMIT 1",
+            &[&top.to_string()],
+        )
+        .unwrap()
+        .get::<_, String>(0)
+        .parse()
+        .unwrap();
+    assert_ne!(top, sub);
+    let mut cr = Creation::start(&env, slot, "test_decoding");
+    wait_until_creator_waits(&mut c, cr.pid, top);
+
+    let d = diagnose(&mut c, slot);
+    assert_names(&d, "waiting for transaction", &[top], &[top, sub]);
+    let r = of_kind(&d, "waiting for transaction")
+        .into_iter()
+        .find(|r| r.xid == Some(top))
+        .unwrap()
+        .clone();
+    assert_eq!(r.pid, Some(s_pid), "{r:?}");
+    assert!(d.iter().all(|r| r.xid != Some(sub)), "{d:#?}");
+    still_waiting(&mut cr, 1000);
+    s.batch_execute("COMMIT").unwrap();
+    let t0 = Instant::now();
+    let lsn = cr.wait(Duration::from_secs(20));
+    println!(
+        "pgsnap-counts: d3 creation returned {} {:?} after the top level (subxid {sub}) committed",
+        fmt_lsn(lsn),
+        t0.elapsed()
+    );
+}
+
+#[test]
+fn d4_creation_through_the_replication_protocol() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let slot = "pgsnap_diag_d4";
+    let _guard = SlotGuard::new(&env, slot);
+    let b = OpenXact::begin(&env, "pgsnap-diag-walsender-blocker");
+    let (b_xid, b_pid) = (b.xid, b.pid);
+    let conninfo = format!(
+        "host={} port={} user={} dbname={} replication=database application_name=pgsnap-diag-walsender",
+        env.host, env.port, env.user, env.dbname
+    );
+    let mut child = std::process::Command::new("psql")
+        .args([
+            "-X",
+            "-At",
+            &conninfo,
+            "-c",
+            &format!("CREATE_REPLICATION_SLOT {slot} LOGICAL test_decoding"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("psql on PATH (scripts/cluster.sh env puts it there)");
+    let mut walsender = 0;
+    wait_for(
+        "the walsender's slot in pg_replication_slots",
+        Duration::from_secs(30),
+        || {
+            let r = c
+                .query_opt(
+                    "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
+                    &[&slot],
+                )
+                .unwrap();
+            if let Some(Some(pid)) = r.map(|r| r.get::<_, Option<i32>>(0)) {
+                walsender = pid;
+                true
+            } else {
+                false
+            }
+        },
+    );
+    let bt: String = c
+        .query_one(
+            "SELECT backend_type FROM pg_stat_activity WHERE pid = $1",
+            &[&walsender],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(bt, "walsender");
+    wait_until_creator_waits(&mut c, walsender, b_xid);
+
+    let d = diagnose(&mut c, slot);
+    assert_names(&d, "waiting for transaction", &[b_xid], &[b_xid]);
+    let r = of_kind(&d, "waiting for transaction")[0].clone();
+    assert_eq!(r.pid, Some(b_pid), "{r:?}");
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(child.try_wait().unwrap().is_none(), "psql returned early");
+    b.commit();
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                st.success(),
+                "CREATE_REPLICATION_SLOT failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            println!(
+                "pgsnap-counts: d4 CREATE_REPLICATION_SLOT returned {:?} after the named blocker committed: {}",
+                t0.elapsed(),
+                String::from_utf8_lossy(&out.stdout).trim()
+            );
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("CREATE_REPLICATION_SLOT did not return within 20 s of the blocker's commit");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The slot's catalog_xmin and restart_lsn in pg_replication_slots.
+fn slot_horizons(c: &mut Client, slot: &str) -> (u64, u64) {
+    let s = server_slot(c, slot);
+    (s.catalog_xmin.expect("catalog_xmin"), s.restart_lsn)
+}
+
+/// Three rounds of: a RUNNING_XACTS record, then `pg_logical_slot_get_changes` to the end
+/// (a candidate is proposed at a RUNNING_XACTS and taken once confirmed past it).
+fn advance(env: &Env, c: &mut Client, slot: &str) {
+    for _ in 0..3 {
+        env.log_standby_snapshot_flushed(c, "pgsnap_diag_held", "0");
+        consume_changes(c, slot);
+    }
+}
+
+#[test]
+fn d5_created_slot_held_by_an_open_transaction() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let slot = "pgsnap_diag_d5";
+    let _guard = SlotGuard::new(&env, slot);
+    c.batch_execute("CREATE TABLE IF NOT EXISTS pgsnap_diag_held (i int)")
+        .unwrap();
+    create_slot(&env, slot);
+    // Consumed past serialized RUNNING_XACTS first: the decoder restarted there restores
+    // a snapshot and has a restart point when h begins.
+    advance(&env, &mut c, slot);
+    let mut h = OpenXact::begin(&env, "pgsnap-diag-holder");
+    h.exec("INSERT INTO pgsnap_diag_held VALUES (1)");
+    let (h_xid, h_pid) = (h.xid, h.pid);
+    let mut decoy = snapshot_only(&env);
+    let decoy_pid = backend_pid(&mut decoy);
+    advance(&env, &mut c, slot);
+    let (cx, rl) = slot_horizons(&mut c, slot);
+
+    let d = diagnose(&mut c, slot);
+    let held = of_kind(&d, "restart_lsn held");
+    assert_eq!(held.len(), 1, "{d:#?}");
+    assert_eq!((held[0].xid, held[0].pid), (Some(h_xid), Some(h_pid)));
+    let held_at: String = c
+        .query_one(
+            "SELECT lsn::text FROM snapbuild_diagnose($1) WHERE kind = 'restart_lsn held'",
+            &[&slot],
+        )
+        .unwrap()
+        .get(0);
+    // The server's restart_lsn stands exactly where the diagnosis says it is held.
+    assert_eq!(fmt_lsn(rl), held_at, "restart_lsn vs the diagnosis");
+    let cat = of_kind(&d, "catalog_xmin held");
+    assert_eq!(cat.len(), 1, "{d:#?}");
+    assert_eq!((cat[0].xid, cat[0].pid), (Some(h_xid), Some(h_pid)));
+    // The server's catalog_xmin stands where the diagnosis says it is held.
+    let held_text: String = c
+        .query_one(
+            "SELECT substring(finding from 'is held at ([0-9]+)') FROM snapbuild_diagnose($1) WHERE kind = 'catalog_xmin held'",
+            &[&slot],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(cx.to_string(), held_text, "catalog_xmin vs the diagnosis");
+    assert!(d.iter().all(|r| r.pid != Some(decoy_pid)), "{d:#?}");
+
+    // Ending the session not named moves nothing.
+    decoy.batch_execute("COMMIT").unwrap();
+    advance(&env, &mut c, slot);
+    assert_eq!(
+        slot_horizons(&mut c, slot),
+        (cx, rl),
+        "moved without the holder ending"
+    );
+    // Ending the named one: both move on.
+    h.commit();
+    advance(&env, &mut c, slot);
+    let (cx2, rl2) = slot_horizons(&mut c, slot);
+    assert!(
+        cx2 > cx && rl2 > rl,
+        "catalog_xmin {cx} -> {cx2}, restart_lsn {} -> {}",
+        fmt_lsn(rl),
+        fmt_lsn(rl2)
+    );
+    let d = diagnose(&mut c, slot);
+    assert!(
+        d.iter()
+            .all(|r| r.kind != "restart_lsn held" && r.kind != "catalog_xmin held"),
+        "{d:#?}"
+    );
+    println!(
+        "pgsnap-counts: d5 held at catalog_xmin {cx} restart_lsn {}; after the holder: {cx2} {}",
+        fmt_lsn(rl),
+        fmt_lsn(rl2)
+    );
+}
+
+/// One row of the `snapbuild_slot_health` view, the columns the test checks.
+#[derive(Debug)]
+struct HealthRow {
+    state: Option<String>,
+    in_creation: bool,
+    waiting_xids: i32,
+    oldest_blocking_pid: Option<i32>,
+    replayed_bytes: i64,
+}
+
+fn health(c: &mut Client, slot: &str) -> HealthRow {
+    let r = c
+        .query_one(
+            "SELECT state, in_creation, waiting_xids, oldest_blocking_pid, replayed_bytes
+               FROM snapbuild_slot_health WHERE slot_name = $1",
+            &[&slot],
+        )
+        .unwrap_or_else(|e| panic!("snapbuild_slot_health {slot}: {}", err_text(&e)));
+    let h = HealthRow {
+        state: r.get(0),
+        in_creation: r.get(1),
+        waiting_xids: r.get(2),
+        oldest_blocking_pid: r.get(3),
+        replayed_bytes: r.get(4),
+    };
+    println!("pgsnap-health: {slot}: {h:?}");
+    h
+}
+
+#[test]
+fn d6_slot_health_names_the_blocker_and_resumes_its_replay() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let slot = "pgsnap_diag_d6";
+    let _guard = SlotGuard::new(&env, slot);
+    c.batch_execute("CREATE TABLE IF NOT EXISTS pgsnap_diag_held (i int)")
+        .unwrap();
+    let b = OpenXact::begin(&env, "pgsnap-diag-health-blocker");
+    let mut cr = Creation::start(&env, slot, "test_decoding");
+    wait_until_creator_waits(&mut c, cr.pid, b.xid);
+    // A monitoring session, scraping twice.
+    let mut m = env.connect("pgsnap-diag-monitor");
+    let h = health(&mut m, slot);
+    assert_eq!(h.state.as_deref(), Some("building"));
+    assert!(h.in_creation);
+    assert_eq!(h.waiting_xids, 1);
+    assert_eq!(h.oldest_blocking_pid, Some(b.pid));
+    assert!(h.replayed_bytes > 0);
+    still_waiting(&mut cr, 500);
+    b.commit();
+    cr.wait(Duration::from_secs(20));
+    // The creation ended: another decoder (restarted at confirmed_flush), replayed afresh.
+    let h = health(&mut m, slot);
+    assert_eq!(h.state.as_deref(), Some("consistent"));
+    assert!(!h.in_creation);
+    assert_eq!((h.waiting_xids, h.oldest_blocking_pid), (0, None));
+    // About 4 MB of WAL: the first scrape reads it, the next one resumes at its end.
+    c.batch_execute("INSERT INTO pgsnap_diag_held SELECT generate_series(1, 60000)")
+        .unwrap();
+    let f0 = flush_lsn(&mut c);
+    let first = health(&mut m, slot);
+    let f1 = flush_lsn(&mut c);
+    let again = health(&mut m, slot);
+    let f2 = flush_lsn(&mut c);
+    assert!(
+        first.replayed_bytes >= (f0 - server_slot(&mut c, slot).restart_lsn) as i64 - 8192,
+        "{first:?}"
+    );
+    assert!(
+        again.replayed_bytes <= (f2 - f1.min(f0)) as i64 + 8192
+            && again.replayed_bytes < first.replayed_bytes / 10,
+        "the repeated scrape read {} bytes (first {}), WAL flushed meanwhile {}",
+        again.replayed_bytes,
+        first.replayed_bytes,
+        f2 - f0
+    );
+    // A fresh session has no cache: it reads it all again.
+    let mut m2 = env.connect("pgsnap-diag-monitor2");
+    let other = health(&mut m2, slot);
+    assert!(other.replayed_bytes >= first.replayed_bytes, "{other:?}");
+    println!(
+        "pgsnap-counts: d6 first scrape {} bytes, repeated {} bytes, another session {} bytes",
+        first.replayed_bytes, again.replayed_bytes, other.replayed_bytes
+    );
+}
+
+/// Puts `max_slot_wal_keep_size` back when the test ends.
+struct KeepSizeGuard(Env);
+
+impl Drop for KeepSizeGuard {
+    fn drop(&mut self) {
+        if let Ok(mut c) = std::panic::catch_unwind(|| self.0.connect("pgsnap-diag-cleanup")) {
+            let _ = c.batch_execute("ALTER SYSTEM RESET max_slot_wal_keep_size");
+            let _ = c.batch_execute("SELECT pg_reload_conf()");
+        }
+    }
+}
+
+#[test]
+fn d7_invalidated_slot_is_the_only_finding() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let slot = "pgsnap_diag_d7";
+    let _guard = SlotGuard::new(&env, slot);
+    c.batch_execute("CREATE TABLE IF NOT EXISTS pgsnap_diag_held (i int)")
+        .unwrap();
+    create_slot(&env, slot);
+    let _keep = KeepSizeGuard(env.clone());
+    c.batch_execute("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
+        .unwrap();
+    c.batch_execute("SELECT pg_reload_conf()").unwrap();
+    // The server removes the WAL the slot needs at a checkpoint once it is past the limit.
+    wait_for(
+        "the slot's wal_status to be lost",
+        Duration::from_secs(60),
+        || {
+            for sql in [
+                "INSERT INTO pgsnap_diag_held SELECT generate_series(1, 20000)",
+                "SELECT pg_switch_wal()",
+                "CHECKPOINT",
+            ] {
+                c.batch_execute(sql).unwrap();
+            }
+            let st: Option<String> = c
+                .query_one(
+                    "SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1",
+                    &[&slot],
+                )
+                .unwrap()
+                .get(0);
+            st.as_deref() == Some("lost")
+        },
+    );
+    let reason: Option<String> = if env.major >= 17 {
+        c.query_one(
+            "SELECT invalidation_reason FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .unwrap()
+        .get(0)
+    } else {
+        Some("wal_removed".into())
+    };
+    let d = diagnose(&mut c, slot);
+    assert_eq!(d.len(), 1, "{d:#?}");
+    assert_eq!(d[0].kind, "invalidated");
+    let finding: String = c
+        .query_one("SELECT finding FROM snapbuild_diagnose($1)", &[&slot])
+        .unwrap()
+        .get(0);
+    let reason = reason.expect("the server's invalidation_reason");
+    assert!(
+        finding.contains(&reason),
+        "{finding} vs the server's {reason}"
+    );
+    let state: Option<String> = c
+        .query_one(
+            "SELECT state FROM snapbuild_slot_health WHERE slot_name = $1",
+            &[&slot],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(state.as_deref(), Some("invalidated"));
+    println!("pgsnap-counts: d7 invalidated ({reason}): {finding}");
+}

@@ -1,0 +1,188 @@
+//! Who holds which transaction, and what `pg_replication_slots` adds to the slot, read
+//! through SPI from the server's own views (pg_locks, pg_stat_activity,
+//! pg_prepared_xacts, pg_replication_slots) as plain values for the core's diagnosis.
+//! Read-only: no query here assigns an xid or writes anything.
+
+use pgrx::prelude::*;
+use snapbuild_core::diagnose::{Backend, Holder, HolderKind, Prepared};
+use snapbuild_core::TransactionId;
+
+fn ts(v: Option<TimestampWithTimeZone>) -> Option<i64> {
+    v.map(|t| t.into())
+}
+
+/// The live holders of `xids`: the session or prepared transaction holding each xid's
+/// ExclusiveLock on the transactionid in pg_locks (lock.c's XactLockTableInsert; a
+/// subtransaction's xid is locked by its backend too, and stays locked by its top level
+/// after RELEASE SAVEPOINT). A backend's facts come from pg_stat_activity, a prepared
+/// transaction's from pg_prepared_xacts (its lock has no pid; its virtual transaction is
+/// `-1/<top-level xid>`, which also maps its subtransactions' xids to the gid). An xid
+/// with no holder has ended.
+pub fn holders(xids: &[TransactionId]) -> Vec<Holder> {
+    if xids.is_empty() {
+        return Vec::new();
+    }
+    let list = xids
+        .iter()
+        .map(|x| format!("'{x}'"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let sql = format!(
+        "SELECT l.transactionid::text::int8 AS xid, l.pid, a.backend_type::text AS backend_type,
+                a.datname::text AS datname, a.usename::text AS usename, a.application_name,
+                host(a.client_addr) AS client_addr, a.state, a.xact_start,
+                a.wait_event_type || ':' || a.wait_event AS wait_event, a.query,
+                p.gid, p.owner::text AS owner, p.database::text AS database, p.prepared
+           FROM pg_catalog.pg_locks l
+           LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+           LEFT JOIN pg_catalog.pg_prepared_xacts p
+                  ON l.pid IS NULL
+                 AND (p.transaction = l.transactionid
+                      OR p.transaction::text = split_part(l.virtualtransaction, '/', 2))
+          WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted
+            AND l.transactionid::text IN ({list})
+          ORDER BY 1, 2"
+    );
+    Spi::connect(|c| {
+        let mut out = Vec::new();
+        let rows = c.select(sql.as_str(), None, &[]).unwrap_or_else(|e| {
+            crate::adapter::raise(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                format!("reading pg_locks: {e}"),
+            )
+        });
+        for r in rows {
+            let get_s = |n: &str| r.get_by_name::<String, _>(n).ok().flatten();
+            let Some(xid) = r.get_by_name::<i64, _>("xid").ok().flatten() else {
+                continue;
+            };
+            let pid = r.get_by_name::<i32, _>("pid").ok().flatten();
+            let kind = match (pid, get_s("gid")) {
+                (Some(pid), _) => HolderKind::Backend(Backend {
+                    pid,
+                    backend_type: get_s("backend_type"),
+                    datname: get_s("datname"),
+                    usename: get_s("usename"),
+                    application_name: get_s("application_name"),
+                    client_addr: get_s("client_addr"),
+                    state: get_s("state"),
+                    xact_start: ts(r
+                        .get_by_name::<TimestampWithTimeZone, _>("xact_start")
+                        .ok()
+                        .flatten()),
+                    wait_event: get_s("wait_event"),
+                    query: get_s("query"),
+                }),
+                (None, Some(gid)) => HolderKind::Prepared(Prepared {
+                    gid,
+                    owner: get_s("owner"),
+                    database: get_s("database"),
+                    prepared: ts(r
+                        .get_by_name::<TimestampWithTimeZone, _>("prepared")
+                        .ok()
+                        .flatten()),
+                }),
+                (None, None) => continue,
+            };
+            out.push(Holder {
+                xid: xid as u32,
+                kind,
+            });
+        }
+        out
+    })
+}
+
+/// What `pg_replication_slots` shows of a slot beyond shared memory's fields:
+/// `wal_status`, `conflicting` (16+), `inactive_since` (17+, microseconds since
+/// 2000-01-01). `None` when the slot is not listed (it vanished).
+pub struct SlotView {
+    pub wal_status: Option<String>,
+    pub conflicting: Option<bool>,
+    pub inactive_since: Option<i64>,
+}
+
+/// [`SlotView`] of slot `name`, from pg_replication_slots.
+pub fn slot_view(name: &str) -> Option<SlotView> {
+    let major = crate::adapter::server_version().major;
+    let conflicting = if major >= 16 {
+        "conflicting"
+    } else {
+        "NULL::bool"
+    };
+    let inactive = if major >= 17 {
+        "inactive_since"
+    } else {
+        "NULL::timestamptz"
+    };
+    let sql = format!(
+        "SELECT wal_status, {conflicting} AS conflicting, {inactive} AS inactive_since
+           FROM pg_catalog.pg_replication_slots WHERE slot_name = $1"
+    );
+    Spi::connect(|c| {
+        let rows = c
+            .select(sql.as_str(), Some(1), &[name.into()])
+            .unwrap_or_else(|e| {
+                crate::adapter::raise(
+                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                    format!("reading pg_replication_slots: {e}"),
+                )
+            });
+        rows.into_iter().next().map(|r| SlotView {
+            wal_status: r.get_by_name::<String, _>("wal_status").ok().flatten(),
+            conflicting: r.get_by_name::<bool, _>("conflicting").ok().flatten(),
+            inactive_since: ts(r
+                .get_by_name::<TimestampWithTimeZone, _>("inactive_since")
+                .ok()
+                .flatten()),
+        })
+    })
+}
+
+/// The xid process `pid` waits for: its ungranted ShareLock on a transactionid
+/// (XactLockTableWait, as SnapBuildWaitSnapshot calls it while a slot is created).
+pub fn waits_on(pid: i32) -> Option<TransactionId> {
+    Spi::connect(|c| {
+        let rows = c
+            .select(
+                "SELECT transactionid::text::int8 FROM pg_catalog.pg_locks
+                  WHERE pid = $1 AND locktype = 'transactionid' AND NOT granted",
+                Some(1),
+                &[pid.into()],
+            )
+            .ok()?;
+        rows.into_iter()
+            .next()
+            .and_then(|r| r.get::<i64>(1).ok().flatten())
+            .map(|x| x as u32)
+    })
+}
+
+/// The next xid to be assigned (its low 32 bits) and whether the server is a standby,
+/// read without assigning an xid (pg_current_snapshot's xmax).
+pub fn next_xid_and_recovery() -> (TransactionId, bool) {
+    Spi::connect(|c| {
+        let rows = c
+            .select(
+                "SELECT (pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::numeric % 4294967296)::int8,
+                        pg_catalog.pg_is_in_recovery()",
+                Some(1),
+                &[],
+            )
+            .unwrap_or_else(|e| {
+                crate::adapter::raise(
+                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                    format!("reading the next xid: {e}"),
+                )
+            });
+        let r = rows.into_iter().next();
+        let next = r
+            .as_ref()
+            .and_then(|r| r.get::<i64>(1).ok().flatten())
+            .unwrap_or(0) as u32;
+        let rec = r
+            .and_then(|r| r.get::<bool>(2).ok().flatten())
+            .unwrap_or(false);
+        (next, rec)
+    })
+}

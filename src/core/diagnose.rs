@@ -1,0 +1,1051 @@
+//! "Why is my slot stuck?": turns what a replay of a slot learnt (the snapshot builder's
+//! state, the last RUNNING_XACTS record, the reorder buffer's oldest transaction), the
+//! slot's own fields and the sessions holding transactions into findings a DBA acts on.
+//!
+//! Not a PostgreSQL file. The rules it explains are snapbuild.c's SnapBuildFindSnapshot
+//! (which xids a slot creation waits for in each phase, and that only a newer
+//! RUNNING_XACTS record moves it on), logical.c's LogicalIncreaseXminForSlot /
+//! LogicalIncreaseRestartDecodingForSlot / LogicalConfirmReceivedLocation (what holds
+//! catalog_xmin and restart_lsn back), and slot.c's invalidation causes.
+//!
+//! Everything here is plain values: the adapter fetches them, [`diagnose`] orders the
+//! findings, most important first.
+
+use crate::include::snapbuild::SnapBuildState;
+use crate::include::standbydefs::RunningXacts;
+use crate::include::transam::{self, TransactionId};
+use crate::include::version::PgVersion;
+use crate::include::xlogdefs::Lsn;
+
+/// What a replay of the slot from its restart_lsn to the flush position reached.
+#[derive(Clone, Debug, Default)]
+pub struct BuilderFacts {
+    /// The builder's state after the last record read.
+    pub state: Option<SnapBuildState>,
+    /// `next_phase_at`: in BUILDING_SNAPSHOT / FULL_SNAPSHOT, every xid before it must
+    /// have ended (and a RUNNING_XACTS say so) before the next phase.
+    pub next_phase_at: TransactionId,
+    /// The slot's initial xmin horizon (its catalog_xmin while being created).
+    pub initial_xmin_horizon: TransactionId,
+    /// Where the builder entered its current state (the record that moved it), if it
+    /// moved during the replay.
+    pub phase_since: Option<Lsn>,
+    /// The last RUNNING_XACTS record read: (start LSN, record).
+    pub last_running: Option<(Lsn, RunningXacts)>,
+    /// The reorder buffer's oldest top-level transaction after the replay
+    /// (ReorderBufferGetOldestTXN): its xid and restart_decoding_lsn.
+    pub oldest_txn: Option<(TransactionId, Lsn)>,
+    /// The transaction holding the reorder buffer's oldest base snapshot
+    /// (ReorderBufferGetOldestXmin, which a consistent decoder proposes as catalog_xmin in
+    /// place of the oldest running xid): its xid and the snapshot's xmin.
+    pub oldest_base_snapshot: Option<(TransactionId, TransactionId)>,
+    /// The end of the last record read (the slot's restart_lsn when none was).
+    pub replayed_to: Lsn,
+}
+
+/// The slot, as shared memory and `pg_replication_slots` show it.
+#[derive(Clone, Debug, Default)]
+pub struct SlotFacts {
+    pub name: String,
+    /// Still being created (confirmed_flush not set yet).
+    pub in_creation: bool,
+    /// The process using the slot (the creating backend or walsender, or the consumer).
+    pub active_pid: Option<i32>,
+    pub restart_lsn: Lsn,
+    pub confirmed_flush: Lsn,
+    pub catalog_xmin: TransactionId,
+    pub candidate_restart_valid: Lsn,
+    pub candidate_restart_lsn: Lsn,
+    pub candidate_catalog_xmin: TransactionId,
+    pub candidate_xmin_lsn: Lsn,
+    /// slot.c's cause name (`wal_removed`, `rows_removed`, `wal_level_insufficient`,
+    /// `idle_timeout`), if the slot is invalidated.
+    pub invalidation_reason: Option<String>,
+    /// `pg_replication_slots.wal_status` (`lost`: the WAL it needs is gone).
+    pub wal_status: Option<String>,
+    /// `pg_replication_slots.conflicting` (16+).
+    pub conflicting: Option<bool>,
+    /// `pg_replication_slots.inactive_since` (17+), microseconds since 2000-01-01 UTC.
+    pub inactive_since: Option<i64>,
+    /// The transaction the slot's active process waits for in `pg_locks` (an ungranted
+    /// ShareLock on a transactionid: SnapBuildWaitSnapshot's XactLockTableWait).
+    pub creator_waits_on: Option<TransactionId>,
+}
+
+/// The server around the slot.
+#[derive(Clone, Copy, Debug)]
+pub struct ServerFacts {
+    pub version: PgVersion,
+    /// pg_current_wal_flush_lsn (pg_last_wal_receive_lsn / replay on a standby).
+    pub flush_lsn: Lsn,
+    /// The next xid to be assigned (32-bit), for ages.
+    pub next_xid: TransactionId,
+    /// A standby: RUNNING_XACTS records come from the primary.
+    pub in_recovery: bool,
+}
+
+/// A live backend holding a transaction (pg_stat_activity's columns).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Backend {
+    pub pid: i32,
+    pub backend_type: Option<String>,
+    pub datname: Option<String>,
+    pub usename: Option<String>,
+    pub application_name: Option<String>,
+    pub client_addr: Option<String>,
+    pub state: Option<String>,
+    /// Microseconds since 2000-01-01 UTC.
+    pub xact_start: Option<i64>,
+    /// `wait_event_type:wait_event`.
+    pub wait_event: Option<String>,
+    pub query: Option<String>,
+}
+
+/// A prepared transaction (pg_prepared_xacts' columns).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Prepared {
+    pub gid: String,
+    pub owner: Option<String>,
+    pub database: Option<String>,
+    /// Microseconds since 2000-01-01 UTC.
+    pub prepared: Option<i64>,
+}
+
+/// What holds a transaction open.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HolderKind {
+    Backend(Backend),
+    Prepared(Prepared),
+}
+
+/// The holder of xid `xid` (a top-level xid or one of its subtransactions' xids): who
+/// holds its ExclusiveLock on the transactionid in pg_locks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    pub xid: TransactionId,
+    pub kind: HolderKind,
+}
+
+/// The kinds of finding, most important first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FindingKind {
+    /// The slot was invalidated (or its WAL is lost): it cannot be used any more.
+    Invalidated,
+    /// The slot is being created: the phase its snapshot builder is in.
+    CreationWaiting,
+    /// The creation waits for a transaction of a live backend.
+    WaitingForTransaction,
+    /// The creation waits for a prepared transaction.
+    WaitingForPreparedTransaction,
+    /// A waited-for transaction has ended; the builder learns it from the next RUNNING_XACTS.
+    WaitingForEndedTransaction,
+    /// Nothing left to wait for but a newer RUNNING_XACTS record.
+    WaitingForWal,
+    /// restart_lsn cannot pass the restart point of the oldest running transaction.
+    RestartLsnHeld,
+    /// catalog_xmin cannot pass the oldest running transaction.
+    CatalogXminHeld,
+    /// A restart_lsn candidate waits for the consumer to confirm past it.
+    PendingRestartCandidate,
+    /// No process uses the slot.
+    NoConsumer,
+    /// confirmed_flush behind the flush position.
+    ConsumerLag,
+    /// WAL kept for the slot (flush position minus restart_lsn).
+    RetainedWal,
+    /// Nothing above applies.
+    Healthy,
+}
+
+impl FindingKind {
+    /// The `kind` column's text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingKind::Invalidated => "invalidated",
+            FindingKind::CreationWaiting => "creation waiting",
+            FindingKind::WaitingForTransaction => "waiting for transaction",
+            FindingKind::WaitingForPreparedTransaction => "waiting for prepared transaction",
+            FindingKind::WaitingForEndedTransaction => "waiting for ended transaction",
+            FindingKind::WaitingForWal => "waiting for WAL",
+            FindingKind::RestartLsnHeld => "restart_lsn held",
+            FindingKind::CatalogXminHeld => "catalog_xmin held",
+            FindingKind::PendingRestartCandidate => "pending restart candidate",
+            FindingKind::NoConsumer => "no consumer",
+            FindingKind::ConsumerLag => "consumer lag",
+            FindingKind::RetainedWal => "retained WAL",
+            FindingKind::Healthy => "healthy",
+        }
+    }
+}
+
+/// One finding: a sentence, the facts behind it as typed values, and what to do.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Finding {
+    pub kind: Option<FindingKind>,
+    pub finding: String,
+    pub xid: Option<TransactionId>,
+    /// Backend columns (pid, datname, … query) when a backend is involved.
+    pub backend: Option<Backend>,
+    /// Prepared transaction columns when one is involved.
+    pub prepared: Option<Prepared>,
+    pub lsn: Option<Lsn>,
+    pub bytes: Option<i64>,
+    /// Microseconds since 2000-01-01 UTC: since when the condition holds, if known.
+    pub since: Option<i64>,
+    pub remedy: Option<String>,
+}
+
+impl Finding {
+    fn new(kind: FindingKind, finding: String) -> Self {
+        Finding {
+            kind: Some(kind),
+            finding,
+            ..Default::default()
+        }
+    }
+}
+
+fn state_name(s: SnapBuildState) -> &'static str {
+    match s {
+        SnapBuildState::Start => "START",
+        SnapBuildState::BuildingSnapshot => "BUILDING_SNAPSHOT",
+        SnapBuildState::FullSnapshot => "FULL_SNAPSHOT",
+        SnapBuildState::Consistent => "CONSISTENT",
+    }
+}
+
+/// How to get a newer RUNNING_XACTS record on this major.
+fn wal_remedy(server: &ServerFacts) -> String {
+    let on = if server.in_recovery {
+        " on the primary"
+    } else {
+        ""
+    };
+    if server.version.major >= 16 {
+        format!("SELECT pg_log_standby_snapshot(){on} (logs a RUNNING_XACTS record now; the background writer logs one every 15 s while WAL is written)")
+    } else {
+        format!("CHECKPOINT{on} (logs a RUNNING_XACTS record; the background writer logs one every 15 s while WAL is written)")
+    }
+}
+
+fn bytes_between(from: Lsn, to: Lsn) -> i64 {
+    to.0.saturating_sub(from.0) as i64
+}
+
+/// The xids a slot creation still waits for: the top-level xids of the last
+/// RUNNING_XACTS before the builder's cutoff (`next_phase_at` in BUILDING_SNAPSHOT and
+/// FULL_SNAPSHOT; the initial xmin horizon in START after a record older than it), as
+/// SnapBuildWaitSnapshot waits for them. Empty when the slot is not being created.
+pub fn waited_xids(slot: &SlotFacts, b: &BuilderFacts) -> Vec<TransactionId> {
+    if !slot.in_creation {
+        return Vec::new();
+    }
+    let Some((_, running)) = &b.last_running else {
+        return Vec::new();
+    };
+    let cutoff = match b.state {
+        Some(SnapBuildState::BuildingSnapshot | SnapBuildState::FullSnapshot) => b.next_phase_at,
+        Some(SnapBuildState::Start) if horizon_too_low(b) => b.initial_xmin_horizon,
+        _ => return Vec::new(),
+    };
+    let mut v: Vec<TransactionId> = running.xids[..(running.xcnt as usize).min(running.xids.len())]
+        .iter()
+        .copied()
+        .filter(|x| transam::is_normal(*x) && transam::precedes(*x, cutoff))
+        .collect();
+    v.sort_by(|a, b| {
+        if transam::precedes(*a, *b) {
+            std::cmp::Ordering::Less
+        } else if a == b {
+            std::cmp::Ordering::Equal
+        } else {
+            std::cmp::Ordering::Greater
+        }
+    });
+    v.dedup();
+    v
+}
+
+/// The last RUNNING_XACTS was older than the initial xmin horizon ("xmin horizon too
+/// low"): the builder stays in START.
+fn horizon_too_low(b: &BuilderFacts) -> bool {
+    match &b.last_running {
+        Some((_, r)) => {
+            transam::is_normal(b.initial_xmin_horizon)
+                && transam::precedes(r.oldest_running_xid, b.initial_xmin_horizon)
+        }
+        None => false,
+    }
+}
+
+/// The oldest xid running at the last RUNNING_XACTS, if any was.
+fn oldest_running(b: &BuilderFacts) -> Option<(Lsn, TransactionId)> {
+    let (lsn, r) = b.last_running.as_ref()?;
+    (r.oldest_running_xid != r.next_xid && transam::is_normal(r.oldest_running_xid))
+        .then_some((*lsn, r.oldest_running_xid))
+}
+
+/// What a consistent decoder proposes as catalog_xmin at each RUNNING_XACTS
+/// (snapbuild.c SnapBuildProcessRunningXacts): the oldest base snapshot's xmin, held by
+/// that transaction, or else the record's oldest running xid. As (the xid whose end
+/// lets it advance, the proposed xmin).
+fn catalog_xmin_holder(b: &BuilderFacts) -> Option<(TransactionId, TransactionId)> {
+    b.oldest_base_snapshot
+        .or_else(|| oldest_running(b).map(|(_, x)| (x, x)))
+}
+
+/// Every xid whose holder the diagnosis wants to know (look them up in pg_locks).
+pub fn wanted_xids(slot: &SlotFacts, b: Option<&BuilderFacts>) -> Vec<TransactionId> {
+    let Some(b) = b else { return Vec::new() };
+    let mut v = waited_xids(slot, b);
+    if !slot.in_creation {
+        if let Some((x, _)) = catalog_xmin_holder(b) {
+            v.push(x);
+        }
+        if let Some((x, _)) = b.oldest_txn {
+            v.push(x);
+        }
+    }
+    v.extend(slot.creator_waits_on);
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+fn holder_of(holders: &[Holder], xid: TransactionId) -> Option<&Holder> {
+    holders.iter().find(|h| h.xid == xid)
+}
+
+/// A few words on a backend: `pid P (client backend, database D, user U, idle in transaction)`.
+fn describe_backend(b: &Backend) -> String {
+    let mut parts = vec![b.backend_type.clone().unwrap_or_else(|| "backend".into())];
+    if let Some(d) = &b.datname {
+        parts.push(format!("database {d}"));
+    }
+    if let Some(u) = &b.usename {
+        parts.push(format!("user {u}"));
+    }
+    if let Some(a) = b.application_name.as_ref().filter(|a| !a.is_empty()) {
+        parts.push(format!("application {a}"));
+    }
+    if let Some(s) = &b.state {
+        parts.push(s.clone());
+    }
+    format!("pid {} ({})", b.pid, parts.join(", "))
+}
+
+/// What to do about a backend holding a transaction.
+fn backend_remedy(b: &Backend) -> String {
+    match b.backend_type.as_deref() {
+        Some("autovacuum worker") => format!(
+            "SELECT pg_cancel_backend({}) (an autovacuum worker; it is started again later)",
+            b.pid
+        ),
+        Some("walsender") => format!(
+            "end the replication client's transaction, or SELECT pg_terminate_backend({}) (a walsender)",
+            b.pid
+        ),
+        _ => format!(
+            "COMMIT or ROLLBACK in that session, or SELECT pg_terminate_backend({})",
+            b.pid
+        ),
+    }
+}
+
+fn prepared_remedy(p: &Prepared) -> String {
+    let db = p
+        .database
+        .as_ref()
+        .map(|d| format!(" (connected to database {d})"))
+        .unwrap_or_default();
+    format!(
+        "COMMIT PREPARED '{}' or ROLLBACK PREPARED '{}'{db}",
+        p.gid.replace('\'', "''"),
+        p.gid.replace('\'', "''")
+    )
+}
+
+/// The findings for one slot, most important first.
+///
+/// `builder` is the replay of the slot from its restart_lsn to the flush position (None
+/// when it could not run, e.g. an invalidated slot); `holders` the live holders of
+/// [`wanted_xids`] (an xid without a holder has ended).
+pub fn diagnose(
+    slot: &SlotFacts,
+    builder: Option<&BuilderFacts>,
+    server: &ServerFacts,
+    holders: &[Holder],
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let lost = slot.wal_status.as_deref() == Some("lost");
+    if slot.invalidation_reason.is_some() || lost {
+        let reason = slot
+            .invalidation_reason
+            .clone()
+            .unwrap_or_else(|| "wal_removed".into());
+        let means = match reason.as_str() {
+            "wal_removed" => "WAL the slot still needed was removed (max_slot_wal_keep_size or a lost segment)",
+            "rows_removed" => "catalog rows the slot still needed were removed by VACUUM (on a standby: the primary's, e.g. without hot_standby_feedback)",
+            "wal_level_insufficient" => "wal_level on the primary was lowered below logical",
+            "idle_timeout" => "the slot stayed unused longer than idle_replication_slot_timeout",
+            _ => "the server gave up on the slot",
+        };
+        let conflicting = if slot.conflicting == Some(true) {
+            " (conflicting)"
+        } else {
+            ""
+        };
+        let mut f = Finding::new(
+            FindingKind::Invalidated,
+            format!(
+                "slot \"{}\" is invalidated{conflicting}: {reason}: {means}; no consumer can decode from it any more",
+                slot.name
+            ),
+        );
+        f.lsn = slot.restart_lsn.is_valid().then_some(slot.restart_lsn);
+        f.since = slot.inactive_since;
+        f.remedy = Some(format!(
+            "SELECT pg_drop_replication_slot('{}'), create it again and let the consumer copy its tables anew (changes since it was invalidated are lost to it)",
+            slot.name.replace('\'', "''")
+        ));
+        out.push(f);
+        return out;
+    }
+    if slot.in_creation {
+        creation_findings(slot, builder, server, holders, &mut out);
+        return out;
+    }
+    created_findings(slot, builder, server, holders, &mut out);
+    out
+}
+
+fn creation_findings(
+    slot: &SlotFacts,
+    builder: Option<&BuilderFacts>,
+    server: &ServerFacts,
+    holders: &[Holder],
+    out: &mut Vec<Finding>,
+) {
+    let Some(b) = builder else {
+        out.push(Finding::new(
+            FindingKind::CreationWaiting,
+            format!(
+                "slot \"{}\" is being created; its WAL could not be replayed",
+                slot.name
+            ),
+        ));
+        return;
+    };
+    let last = b.last_running.as_ref();
+    let last_lsn = last.map(|(l, _)| *l);
+    let waited = waited_xids(slot, b);
+    let state = b.state.unwrap_or(SnapBuildState::Start);
+    let by = slot
+        .active_pid
+        .map(|p| format!(" by pid {p}"))
+        .unwrap_or_default();
+    let creator_wait = slot
+        .creator_waits_on
+        .map(|x| format!("; the creating process waits for xid {x} now"))
+        .unwrap_or_default();
+    let summary = match (state, last) {
+        (SnapBuildState::Start, None) => format!(
+            "slot \"{}\" is being created{by}: no RUNNING_XACTS record has been read since restart_lsn {}; the snapshot builder stays in START until one is",
+            slot.name, slot.restart_lsn
+        ),
+        (SnapBuildState::Start, Some((l, r))) => format!(
+            "slot \"{}\" is being created{by}: the snapshot builder is in START: the last RUNNING_XACTS ({l}) has oldest running xid {}, older than the slot's xmin horizon {}; it waits for {} transaction(s) older than {} to end and a newer RUNNING_XACTS{creator_wait}",
+            slot.name, r.oldest_running_xid, b.initial_xmin_horizon, waited.len(), b.initial_xmin_horizon
+        ),
+        (s @ (SnapBuildState::BuildingSnapshot | SnapBuildState::FullSnapshot), _) => {
+            let next = if s == SnapBuildState::BuildingSnapshot {
+                "FULL_SNAPSHOT"
+            } else {
+                "CONSISTENT"
+            };
+            let since = b
+                .phase_since
+                .map(|l| format!(" since {l}"))
+                .unwrap_or_default();
+            let at = last_lsn.map(|l| format!(" at the last RUNNING_XACTS ({l})")).unwrap_or_default();
+            format!(
+                "slot \"{}\" is being created{by}: the snapshot builder is in {}{since}; to reach {next} every transaction older than {} must end and a newer RUNNING_XACTS show it: {} of them were running{at}{creator_wait}",
+                slot.name,
+                state_name(s),
+                b.next_phase_at,
+                waited.len()
+            )
+        }
+        (SnapBuildState::Consistent, _) => format!(
+            "slot \"{}\" is being created{by}: the replay to the flush position is CONSISTENT already; the creating process is finishing",
+            slot.name
+        ),
+    };
+    let mut f = Finding::new(FindingKind::CreationWaiting, summary);
+    f.lsn = last_lsn.or(Some(slot.restart_lsn));
+    f.xid = transam::is_valid(b.next_phase_at).then_some(b.next_phase_at);
+    out.push(f);
+    if state == SnapBuildState::Consistent {
+        return;
+    }
+    let mut live = 0;
+    for x in &waited {
+        match holder_of(holders, *x).map(|h| &h.kind) {
+            Some(HolderKind::Backend(be)) => {
+                live += 1;
+                let mut f = Finding::new(
+                    FindingKind::WaitingForTransaction,
+                    format!(
+                        "the creation waits for xid {x}, held by {}",
+                        describe_backend(be)
+                    ),
+                );
+                f.xid = Some(*x);
+                f.backend = Some(be.clone());
+                f.lsn = last_lsn;
+                f.since = be.xact_start;
+                f.remedy = Some(backend_remedy(be));
+                out.push(f);
+            }
+            Some(HolderKind::Prepared(p)) => {
+                live += 1;
+                let mut f = Finding::new(
+                    FindingKind::WaitingForPreparedTransaction,
+                    format!(
+                        "the creation waits for xid {x}, a prepared transaction: gid '{}'{}{}",
+                        p.gid,
+                        p.owner
+                            .as_ref()
+                            .map(|o| format!(", owner {o}"))
+                            .unwrap_or_default(),
+                        p.database
+                            .as_ref()
+                            .map(|d| format!(", database {d}"))
+                            .unwrap_or_default()
+                    ),
+                );
+                f.xid = Some(*x);
+                f.prepared = Some(p.clone());
+                f.lsn = last_lsn;
+                f.since = p.prepared;
+                f.remedy = Some(prepared_remedy(p));
+                out.push(f);
+            }
+            None => {
+                let mut f = Finding::new(
+                    FindingKind::WaitingForEndedTransaction,
+                    format!(
+                        "xid {x} has ended since the RUNNING_XACTS at {}; the snapshot builder learns it from the next RUNNING_XACTS",
+                        last_lsn.unwrap_or(slot.restart_lsn)
+                    ),
+                );
+                f.xid = Some(*x);
+                f.lsn = last_lsn;
+                f.remedy = Some(wal_remedy(server));
+                out.push(f);
+            }
+        }
+    }
+    if live == 0 {
+        let why = match last {
+            None => "no RUNNING_XACTS record has been read yet".to_string(),
+            Some((l, _)) if waited.is_empty() => format!(
+                "no transaction it waits for was running at the last RUNNING_XACTS ({l}); it needs a newer one"
+            ),
+            Some((l, _)) => format!(
+                "every transaction it waits for has ended, but the last RUNNING_XACTS ({l}) still lists them; it needs a newer one"
+            ),
+        };
+        let mut f = Finding::new(
+            FindingKind::WaitingForWal,
+            format!("the creation waits for WAL: {why}"),
+        );
+        f.lsn = last_lsn.or(Some(slot.restart_lsn));
+        f.bytes = Some(bytes_between(b.replayed_to, server.flush_lsn));
+        f.remedy = Some(wal_remedy(server));
+        out.push(f);
+    }
+}
+
+fn created_findings(
+    slot: &SlotFacts,
+    builder: Option<&BuilderFacts>,
+    server: &ServerFacts,
+    holders: &[Holder],
+    out: &mut Vec<Finding>,
+) {
+    let mut problems = 0;
+    if let Some(b) = builder {
+        if let Some((x, restart_point)) = b.oldest_txn {
+            // A transaction first seen before the decoder had a restart point proposes
+            // none: restart_lsn then stays where it is.
+            let restart = if restart_point.is_valid() {
+                restart_point.max(slot.restart_lsn)
+            } else {
+                slot.restart_lsn
+            };
+            let how = if restart_point.is_valid() {
+                "decoding must restart there to see"
+            } else {
+                "no restart point is proposed (it began before the decoder had one) while"
+            };
+            problems += 1;
+            let h = holder_of(holders, x);
+            let who = match h.map(|h| &h.kind) {
+                Some(HolderKind::Backend(be)) => format!("held by {}", describe_backend(be)),
+                Some(HolderKind::Prepared(p)) => format!("prepared as gid '{}'", p.gid),
+                None => "no longer running (ended without a commit or abort record, e.g. a crash); the next RUNNING_XACTS clears it".into(),
+            };
+            let mut f = Finding::new(
+                FindingKind::RestartLsnHeld,
+                format!(
+                    "restart_lsn cannot move past {restart}: {how} xid {x}, the oldest transaction with WAL that has not ended up to {}; it is {who}",
+                    b.replayed_to
+                ),
+            );
+            f.xid = Some(x);
+            f.lsn = Some(restart);
+            f.bytes = Some(bytes_between(restart, server.flush_lsn));
+            match h.map(|h| &h.kind) {
+                Some(HolderKind::Backend(be)) => {
+                    f.since = be.xact_start;
+                    f.remedy = Some(backend_remedy(be));
+                    f.backend = Some(be.clone());
+                }
+                Some(HolderKind::Prepared(p)) => {
+                    f.since = p.prepared;
+                    f.remedy = Some(prepared_remedy(p));
+                    f.prepared = Some(p.clone());
+                }
+                None => f.remedy = Some(wal_remedy(server)),
+            }
+            out.push(f);
+        }
+        if let Some((x, xmin)) = catalog_xmin_holder(b) {
+            if let Some(h) = holder_of(holders, x) {
+                problems += 1;
+                let age = server.next_xid.wrapping_sub(slot.catalog_xmin) as i32;
+                let who = match &h.kind {
+                    HolderKind::Backend(be) => format!("held by {}", describe_backend(be)),
+                    HolderKind::Prepared(p) => format!("prepared as gid '{}'", p.gid),
+                };
+                let what = if xmin == x {
+                    format!("xid {x} is the oldest transaction running")
+                } else {
+                    format!("xid {x} decodes with a catalog snapshot of xmin {xmin}")
+                };
+                let mut f = Finding::new(
+                    FindingKind::CatalogXminHeld,
+                    format!(
+                        "catalog_xmin {} (age {age} xids) is held at {xmin}: {what} and has not ended, {who}; VACUUM cannot remove catalog rows deleted after catalog_xmin",
+                        slot.catalog_xmin
+                    ),
+                );
+                f.xid = Some(x);
+                f.lsn = b.last_running.as_ref().map(|(l, _)| *l);
+                match &h.kind {
+                    HolderKind::Backend(be) => {
+                        f.since = be.xact_start;
+                        f.remedy = Some(backend_remedy(be));
+                        f.backend = Some(be.clone());
+                    }
+                    HolderKind::Prepared(p) => {
+                        f.since = p.prepared;
+                        f.remedy = Some(prepared_remedy(p));
+                        f.prepared = Some(p.clone());
+                    }
+                }
+                out.push(f);
+            }
+        }
+    }
+    if slot.candidate_restart_valid.is_valid()
+        && slot.candidate_restart_lsn.is_valid()
+        && slot.confirmed_flush < slot.candidate_restart_valid
+    {
+        problems += 1;
+        let mut f = Finding::new(
+            FindingKind::PendingRestartCandidate,
+            format!(
+                "restart_lsn moves to {} only once the consumer confirms {} (confirmed_flush is {}); until then newer candidates are not taken",
+                slot.candidate_restart_lsn, slot.candidate_restart_valid, slot.confirmed_flush
+            ),
+        );
+        f.lsn = Some(slot.candidate_restart_valid);
+        f.bytes = Some(bytes_between(slot.restart_lsn, slot.candidate_restart_lsn));
+        f.remedy = Some("let the consumer confirm (acknowledge) what it has received".into());
+        out.push(f);
+    }
+    if slot.active_pid.is_none() {
+        problems += 1;
+        let mut f = Finding::new(
+            FindingKind::NoConsumer,
+            format!(
+                "no process is using slot \"{}\": restart_lsn and catalog_xmin move only when a consumer decodes and confirms",
+                slot.name
+            ),
+        );
+        f.since = slot.inactive_since;
+        f.lsn = Some(slot.confirmed_flush);
+        f.remedy = Some(format!(
+            "start the consumer, or SELECT pg_drop_replication_slot('{}') if it is abandoned",
+            slot.name.replace('\'', "''")
+        ));
+        out.push(f);
+    }
+    let lag = bytes_between(slot.confirmed_flush, server.flush_lsn);
+    let mut f = Finding::new(
+        FindingKind::ConsumerLag,
+        format!(
+            "confirmed_flush {} is {lag} bytes behind the flush position {}",
+            slot.confirmed_flush, server.flush_lsn
+        ),
+    );
+    f.lsn = Some(slot.confirmed_flush);
+    f.bytes = Some(lag);
+    f.since = slot.inactive_since;
+    out.push(f);
+    let kept = bytes_between(slot.restart_lsn, server.flush_lsn);
+    let mut f = Finding::new(
+        FindingKind::RetainedWal,
+        format!(
+            "the slot keeps {kept} bytes of WAL, from restart_lsn {} to the flush position {}",
+            slot.restart_lsn, server.flush_lsn
+        ),
+    );
+    f.lsn = Some(slot.restart_lsn);
+    f.bytes = Some(kept);
+    out.push(f);
+    if problems == 0 {
+        out.push(Finding::new(
+            FindingKind::Healthy,
+            format!(
+                "slot \"{}\" is consistent, in use, and nothing holds it back",
+                slot.name
+            ),
+        ));
+    }
+}
+
+/// A slot's health in numbers (`snapbuild_slot_health`), for monitoring.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Health {
+    /// The builder's state after the replay (None: not replayed, e.g. invalidated).
+    pub state: Option<SnapBuildState>,
+    pub invalidated: bool,
+    pub in_creation: bool,
+    /// How many xids the creation waits for (live or ended; 0 for a created slot).
+    pub waiting_xids: i32,
+    /// The backend the first problem finding names (a creation's first live blocker, or
+    /// the holder of restart_lsn / catalog_xmin).
+    pub oldest_blocking_pid: Option<i32>,
+    /// Flush position minus restart_lsn.
+    pub restart_lsn_lag_bytes: Option<i64>,
+    /// Flush position minus confirmed_flush (None while being created).
+    pub confirmed_flush_lag_bytes: Option<i64>,
+    /// Next xid minus catalog_xmin.
+    pub catalog_xmin_age: Option<i32>,
+    /// The last RUNNING_XACTS record the replay read, and the WAL flushed after it.
+    pub last_running_xacts: Option<Lsn>,
+    pub wal_since_running_xacts_bytes: Option<i64>,
+}
+
+/// [`Health`] from the same inputs as [`diagnose`].
+pub fn health(
+    slot: &SlotFacts,
+    builder: Option<&BuilderFacts>,
+    server: &ServerFacts,
+    holders: &[Holder],
+) -> Health {
+    let findings = diagnose(slot, builder, server, holders);
+    let blocking = findings.iter().find_map(|f| match f.kind {
+        Some(
+            FindingKind::WaitingForTransaction
+            | FindingKind::RestartLsnHeld
+            | FindingKind::CatalogXminHeld,
+        ) => f.backend.as_ref().map(|b| b.pid),
+        _ => None,
+    });
+    let last = builder.and_then(|b| b.last_running.as_ref().map(|(l, _)| *l));
+    Health {
+        state: builder.and_then(|b| b.state),
+        invalidated: findings
+            .first()
+            .is_some_and(|f| f.kind == Some(FindingKind::Invalidated)),
+        in_creation: slot.in_creation,
+        waiting_xids: builder.map_or(0, |b| waited_xids(slot, b).len() as i32),
+        oldest_blocking_pid: blocking,
+        restart_lsn_lag_bytes: slot
+            .restart_lsn
+            .is_valid()
+            .then(|| bytes_between(slot.restart_lsn, server.flush_lsn)),
+        confirmed_flush_lag_bytes: slot
+            .confirmed_flush
+            .is_valid()
+            .then(|| bytes_between(slot.confirmed_flush, server.flush_lsn)),
+        catalog_xmin_age: transam::is_normal(slot.catalog_xmin)
+            .then(|| server.next_xid.wrapping_sub(slot.catalog_xmin) as i32),
+        last_running_xacts: last,
+        wal_since_running_xacts_bytes: last.map(|l| bytes_between(l, server.flush_lsn)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(major: u32) -> ServerFacts {
+        ServerFacts {
+            version: PgVersion::newest(major),
+            flush_lsn: Lsn(0x2000),
+            next_xid: 1000,
+            in_recovery: false,
+        }
+    }
+
+    fn running(next: u32, top: &[u32], sub: &[u32]) -> RunningXacts {
+        let mut xids = top.to_vec();
+        xids.extend_from_slice(sub);
+        RunningXacts {
+            xcnt: top.len() as u32,
+            subxcnt: sub.len() as u32,
+            subxid_overflow: false,
+            next_xid: next,
+            oldest_running_xid: top.iter().copied().min().unwrap_or(next),
+            latest_completed_xid: next - 1,
+            xids,
+        }
+    }
+
+    fn creating() -> SlotFacts {
+        SlotFacts {
+            name: "s".into(),
+            in_creation: true,
+            active_pid: Some(77),
+            restart_lsn: Lsn(0x1000),
+            catalog_xmin: 700,
+            ..Default::default()
+        }
+    }
+
+    fn backend(pid: i32) -> Backend {
+        Backend {
+            pid,
+            backend_type: Some("client backend".into()),
+            datname: Some("other".into()),
+            state: Some("idle in transaction".into()),
+            ..Default::default()
+        }
+    }
+
+    fn kinds(f: &[Finding]) -> Vec<&'static str> {
+        f.iter().map(|f| f.kind.unwrap().as_str()).collect()
+    }
+
+    #[test]
+    fn building_waits_for_top_level_xids_before_next_phase_at() {
+        let b = BuilderFacts {
+            state: Some(SnapBuildState::BuildingSnapshot),
+            next_phase_at: 800,
+            initial_xmin_horizon: 700,
+            last_running: Some((Lsn(0x1800), running(805, &[750, 790, 801], &[760]))),
+            replayed_to: Lsn(0x1900),
+            ..Default::default()
+        };
+        // 801 began after next_phase_at; 760 is a subxid (its top level is waited for).
+        assert_eq!(waited_xids(&creating(), &b), vec![750, 790]);
+        let holders = [
+            Holder {
+                xid: 750,
+                kind: HolderKind::Backend(backend(42)),
+            },
+            Holder {
+                xid: 790,
+                kind: HolderKind::Prepared(Prepared {
+                    gid: "g'1".into(),
+                    ..Default::default()
+                }),
+            },
+        ];
+        let f = diagnose(&creating(), Some(&b), &server(18), &holders);
+        assert_eq!(
+            kinds(&f),
+            vec![
+                "creation waiting",
+                "waiting for transaction",
+                "waiting for prepared transaction"
+            ]
+        );
+        assert!(
+            f[0].finding.contains("BUILDING_SNAPSHOT"),
+            "{}",
+            f[0].finding
+        );
+        assert!(f[0].finding.contains("to reach FULL_SNAPSHOT"));
+        assert_eq!(f[1].backend.as_ref().unwrap().pid, 42);
+        assert_eq!(f[1].xid, Some(750));
+        assert!(f[1]
+            .remedy
+            .as_ref()
+            .unwrap()
+            .contains("pg_terminate_backend(42)"));
+        assert_eq!(
+            f[2].remedy.as_deref(),
+            Some("COMMIT PREPARED 'g''1' or ROLLBACK PREPARED 'g''1'")
+        );
+    }
+
+    #[test]
+    fn ended_xids_mean_waiting_for_wal_with_the_majors_remedy() {
+        let b = BuilderFacts {
+            state: Some(SnapBuildState::FullSnapshot),
+            next_phase_at: 900,
+            last_running: Some((Lsn(0x1800), running(905, &[850], &[]))),
+            replayed_to: Lsn(0x1900),
+            ..Default::default()
+        };
+        let f = diagnose(&creating(), Some(&b), &server(15), &[]);
+        assert_eq!(
+            kinds(&f),
+            vec![
+                "creation waiting",
+                "waiting for ended transaction",
+                "waiting for WAL"
+            ]
+        );
+        assert!(f[0].finding.contains("to reach CONSISTENT"));
+        assert!(f[2].remedy.as_ref().unwrap().starts_with("CHECKPOINT"));
+        assert_eq!(f[2].bytes, Some(0x2000 - 0x1900));
+        let f = diagnose(&creating(), Some(&b), &server(16), &[]);
+        assert!(f[2]
+            .remedy
+            .as_ref()
+            .unwrap()
+            .starts_with("SELECT pg_log_standby_snapshot()"));
+    }
+
+    #[test]
+    fn start_without_running_xacts_waits_for_wal() {
+        let b = BuilderFacts {
+            state: Some(SnapBuildState::Start),
+            replayed_to: Lsn(0x1000),
+            ..Default::default()
+        };
+        let f = diagnose(&creating(), Some(&b), &server(17), &[]);
+        assert_eq!(kinds(&f), vec!["creation waiting", "waiting for WAL"]);
+        assert!(f[0]
+            .finding
+            .contains("no RUNNING_XACTS record has been read"));
+    }
+
+    #[test]
+    fn start_below_horizon_waits_for_xids_before_the_horizon() {
+        let b = BuilderFacts {
+            state: Some(SnapBuildState::Start),
+            initial_xmin_horizon: 700,
+            last_running: Some((Lsn(0x1800), running(720, &[690, 710], &[]))),
+            ..Default::default()
+        };
+        assert_eq!(waited_xids(&creating(), &b), vec![690]);
+    }
+
+    #[test]
+    fn invalidated_slot_is_the_only_finding() {
+        let mut s = creating();
+        s.in_creation = false;
+        s.wal_status = Some("lost".into());
+        let f = diagnose(&s, None, &server(14), &[]);
+        assert_eq!(kinds(&f), vec!["invalidated"]);
+        assert!(f[0].finding.contains("wal_removed"));
+        s.invalidation_reason = Some("rows_removed".into());
+        s.conflicting = Some(true);
+        let f = diagnose(&s, None, &server(17), &[]);
+        assert!(f[0]
+            .finding
+            .contains("invalidated (conflicting): rows_removed"));
+    }
+
+    #[test]
+    fn created_slot_holders_candidates_and_health() {
+        let mut s = creating();
+        s.in_creation = false;
+        s.confirmed_flush = Lsn(0x1800);
+        s.catalog_xmin = 600;
+        let b = BuilderFacts {
+            state: Some(SnapBuildState::Consistent),
+            last_running: Some((Lsn(0x1c00), running(990, &[650], &[]))),
+            oldest_txn: Some((650, Lsn(0x1100))),
+            replayed_to: Lsn(0x2000),
+            ..Default::default()
+        };
+        assert_eq!(wanted_xids(&s, Some(&b)), vec![650]);
+        let holders = [Holder {
+            xid: 650,
+            kind: HolderKind::Backend(backend(9)),
+        }];
+        let f = diagnose(&s, Some(&b), &server(18), &holders);
+        assert_eq!(
+            kinds(&f),
+            vec![
+                "restart_lsn held",
+                "catalog_xmin held",
+                "consumer lag",
+                "retained WAL"
+            ]
+        );
+        assert_eq!(f[0].lsn, Some(Lsn(0x1100)));
+        assert!(f[1].finding.contains("age 400 xids"), "{}", f[1].finding);
+        assert_eq!(f[2].bytes, Some(0x800));
+        assert_eq!(f[3].bytes, Some(0x1000));
+        // Nothing running, the consumer gone, a candidate waiting for confirmation.
+        s.active_pid = None;
+        s.candidate_restart_valid = Lsn(0x1c80);
+        s.candidate_restart_lsn = Lsn(0x1c00);
+        let b = BuilderFacts {
+            state: Some(SnapBuildState::Consistent),
+            last_running: Some((Lsn(0x1c00), running(990, &[], &[]))),
+            replayed_to: Lsn(0x2000),
+            ..Default::default()
+        };
+        let f = diagnose(&s, Some(&b), &server(18), &[]);
+        assert_eq!(
+            kinds(&f),
+            vec![
+                "pending restart candidate",
+                "no consumer",
+                "consumer lag",
+                "retained WAL"
+            ]
+        );
+        assert_eq!(f[0].bytes, Some(0xc00));
+        s.active_pid = Some(5);
+        s.candidate_restart_valid = Lsn(0);
+        let f = diagnose(&s, Some(&b), &server(18), &[]);
+        assert_eq!(kinds(&f).last(), Some(&"healthy"));
+    }
+
+    #[test]
+    fn health_counts_waits_and_names_the_first_live_blocker() {
+        let b = BuilderFacts {
+            state: Some(SnapBuildState::BuildingSnapshot),
+            next_phase_at: 800,
+            last_running: Some((Lsn(0x1800), running(805, &[750, 790], &[]))),
+            replayed_to: Lsn(0x1900),
+            ..Default::default()
+        };
+        let holders = [Holder {
+            xid: 790,
+            kind: HolderKind::Backend(backend(42)),
+        }];
+        let h = health(&creating(), Some(&b), &server(18), &holders);
+        assert_eq!(h.state, Some(SnapBuildState::BuildingSnapshot));
+        assert!(h.in_creation && !h.invalidated);
+        assert_eq!(h.waiting_xids, 2);
+        assert_eq!(h.oldest_blocking_pid, Some(42));
+        assert_eq!(h.restart_lsn_lag_bytes, Some(0x1000));
+        assert_eq!(h.confirmed_flush_lag_bytes, None);
+        assert_eq!(h.catalog_xmin_age, Some(300));
+        assert_eq!(h.last_running_xacts, Some(Lsn(0x1800)));
+        assert_eq!(h.wal_since_running_xacts_bytes, Some(0x800));
+    }
+}
