@@ -270,8 +270,21 @@ fn check_no_row_disagrees(rows: &[TraceRow]) {
 }
 
 /// The server's builder messages (LOG lines of `pid`) and the trace's LOG-level rows up to
-/// and including consistency must be the same (lsn, message, detail) triples.
+/// and including consistency must be the same (lsn, message, detail) triples, and each
+/// such row must carry the server's line as its verdict ([`check_rows_carry_server_log`]).
 pub fn compare_log_with_trace(server: &[(u64, LogEntry)], rows: &[TraceRow], upto: Option<u64>) {
+    compare_log_with_earlier_trace(server, rows, upto);
+    check_rows_carry_server_log(server, rows, upto);
+}
+
+/// [`compare_log_with_trace`]'s first half, for rows traced before the server logged
+/// `server` (the trace could not have read those lines yet): the LOG-level builder
+/// messages (LSN, message, detail) equal the server's.
+pub fn compare_log_with_earlier_trace(
+    server: &[(u64, LogEntry)],
+    rows: &[TraceRow],
+    upto: Option<u64>,
+) {
     let theirs: Vec<(u64, String, Option<String>)> = server
         .iter()
         .filter(|(_, e)| e.level == "LOG")
@@ -297,6 +310,37 @@ pub fn compare_log_with_trace(server: &[(u64, LogEntry)], rows: &[TraceRow], upt
         dump_log(server),
         dump(rows)
     );
+}
+
+/// [`compare_log_with_trace`]'s second half: the trace reads the same log itself, so each
+/// LOG-level builder row carries the server's line (`server log: pid P …` in
+/// server_source, a pid this harness found logging that message) and agrees.
+pub fn check_rows_carry_server_log(
+    server: &[(u64, LogEntry)],
+    rows: &[TraceRow],
+    upto: Option<u64>,
+) {
+    for r in rows
+        .iter()
+        .filter(|r| r.level.as_deref() == Some("LOG") && r.message.is_some() && r.lsn.is_some())
+        .filter(|r| upto.is_none_or(|u| r.lsn.unwrap() <= u))
+        .filter(|r| r.record != "REPLAY START")
+    {
+        let pids: Vec<i32> = server
+            .iter()
+            .filter(|(_, e)| e.level == "LOG" && Some(&e.message) == r.message.as_ref())
+            .map(|(_, e)| e.pid)
+            .collect();
+        let source = crate::js(&r.raw, "server_source").unwrap_or_default();
+        assert!(
+            r.agrees == Some(true) && pids.iter().any(|p| source.contains(&format!("server log: pid {p} "))),
+            "trace row {} {:?} should agree from the server log line of pid {pids:?}: agrees {:?}, server_source {source:?}, disagreement {:?}",
+            r.record,
+            r.message,
+            r.agrees,
+            r.disagreement
+        );
+    }
 }
 
 /// Failures collected so that one test reports every disagreement it finds, not only the

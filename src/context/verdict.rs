@@ -72,6 +72,7 @@ pub fn server_facts(
         replay_start: slot.map(|s| snapbuild_core::Lsn(s.restart_lsn)),
         other_writers,
         log_writers,
+        log_lines: writers.log_lines_for(row),
     }
 }
 

@@ -4,8 +4,10 @@
 //! the replay's own file differs only there, these replays say whether a decoder that
 //! restarted at one of the `.snap` files still on disk writes exactly the server's file.
 
-use snapbuild_core::compare::{writes_same_file, LogWriters, LoggedWriter};
-use snapbuild_core::server_log::{writers_of, LogEvent, Writers};
+use snapbuild_core::compare::{writes_same_file, LogLines, LogWriters, LoggedWriter};
+use snapbuild_core::server_log::{
+    decoders, lines_for, message_lsn, writers_of, LogEvent, LoggedDecoder, Writers,
+};
 use snapbuild_core::{BuilderParams, Lsn, SnapBuildOnDisk, TraceRow};
 
 use crate::adapter::{server_log, snapfiles};
@@ -63,6 +65,10 @@ pub struct OtherWriters {
     /// Replays of decoders the log names, by (restart point, start_decoding_at,
     /// two_phase_at); `None` where one could not be started.
     logged: Vec<((Lsn, Lsn, Lsn), Option<Shadow>)>,
+    /// The log's decoders with their builder lines (from `log`, once).
+    decoders: Option<Vec<LoggedDecoder>>,
+    /// The LSN the replay's first builder message names (once one was seen).
+    first_message_lsn: Option<Option<Lsn>>,
 }
 
 impl OtherWriters {
@@ -79,7 +85,51 @@ impl OtherWriters {
             mcx: main.memory_context(),
             log: None,
             logged: Vec::new(),
+            decoders: None,
+            first_message_lsn: None,
         }
+    }
+
+    /// The server log's events, read once per trace.
+    fn events(&mut self) -> &Result<Vec<LogEvent>, String> {
+        self.log.get_or_insert_with(|| {
+            server_log::events(|| {
+                pgrx::check_for_interrupts!();
+            })
+            .map(|(_, e)| e)
+        })
+    }
+
+    /// What the server log says about `row`'s builder LOG message (`logical decoding
+    /// found …`): the lines decoders logged for the same record, each marked whether its
+    /// decoder started as this replay did (`snapbuild_core::server_log::lines_for`).
+    /// `NotAsked` for a row without such a message.
+    pub fn log_lines_for(&mut self, row: &TraceRow) -> LogLines {
+        let Some(msg) = row
+            .message
+            .as_deref()
+            .filter(|m| m.starts_with("logical decoding found "))
+        else {
+            return LogLines::NotAsked;
+        };
+        if self.first_message_lsn.is_none() {
+            self.first_message_lsn = Some(message_lsn(msg));
+        }
+        if self.decoders.is_none() {
+            let ds = match self.events() {
+                Ok(events) => decoders(events),
+                Err(why) => return LogLines::Unreadable(why.clone()),
+            };
+            self.decoders = Some(ds);
+        }
+        let ds = self.decoders.as_deref().unwrap_or_default();
+        LogLines::Lines(lines_for(
+            ds,
+            msg,
+            row.detail.as_deref(),
+            self.main_start,
+            self.first_message_lsn.flatten(),
+        ))
     }
 
     /// What the server log says about the writer of `server` (the file at `row`'s LSN,
@@ -94,12 +144,7 @@ impl OtherWriters {
         server: &SnapBuildOnDisk,
         path: &str,
     ) -> LogWriters {
-        let events = match self.log.get_or_insert_with(|| {
-            server_log::events(|| {
-                pgrx::check_for_interrupts!();
-            })
-            .map(|(_, e)| e)
-        }) {
+        let events = match self.events() {
             Ok(e) => e,
             Err(why) => return LogWriters::Unknown(why.clone()),
         };

@@ -235,6 +235,21 @@ pub struct ServerFacts {
     /// that decoder ([`LogWriters`]). Asked for only when the replay's own file is not
     /// plainly equal to the server's.
     pub log_writers: LogWriters,
+    /// The server log's builder lines for the row's record (rows with a builder LOG
+    /// message).
+    pub log_lines: LogLines,
+}
+
+/// What the server log says about a row's builder message.
+#[derive(Clone, Debug, Default)]
+pub enum LogLines {
+    /// Not looked at (no builder message on the row).
+    #[default]
+    NotAsked,
+    /// The log could not be read: why.
+    Unreadable(String),
+    /// The lines decoders logged for the row's record.
+    Lines(Vec<crate::server_log::LogLineMatch>),
 }
 
 /// One decoder the server log shows could have written a `.snap` file, and the file a
@@ -372,6 +387,86 @@ pub fn state_name(raw: i32) -> String {
 ///   confirmed_flush_lsn (DecodingContextFindStartpoint stores EndRecPtr there).
 /// - Anything else: no verdict (all NULL).
 pub fn judge_row(row: &TraceRow, facts: &ServerFacts) -> Verdict {
+    let v = judge_row_without_log_lines(row, facts);
+    with_log_lines(row, v, &facts.log_lines)
+}
+
+/// The state a builder LOG message reports.
+fn state_of_message(message: &str) -> Option<&'static str> {
+    if message.starts_with("logical decoding found consistent point") {
+        Some("consistent")
+    } else if message.starts_with("logical decoding found initial consistent point") {
+        Some("full")
+    } else if message.starts_with("logical decoding found initial starting point") {
+        Some("building")
+    } else {
+        None
+    }
+}
+
+/// Adds what the server log says about the row's builder message: a decoder that started
+/// as the replay did logged the same message and detail for this record (true), or
+/// another one (false); lines of decoders that started elsewhere are named, not judged.
+fn with_log_lines(row: &TraceRow, mut v: Verdict, lines: &LogLines) -> Verdict {
+    let (Some(message), LogLines::Lines(lines)) = (&row.message, lines) else {
+        return v;
+    };
+    let who = |m: &crate::server_log::LogLineMatch| {
+        format!(
+            "server log: pid {} at {}",
+            m.line.pid.map_or("?".to_string(), |p| p.to_string()),
+            crate::server_log::format_ms(m.line.at_ms)
+        )
+    };
+    let same: Vec<_> = lines.iter().filter(|m| m.same_start).collect();
+    let verdict = if same.iter().any(|m| m.equal) {
+        Some(true)
+    } else if !same.is_empty() {
+        Some(false)
+    } else {
+        None
+    };
+    let Some(ok) = verdict else {
+        return v;
+    };
+    let mut sources: Vec<String> = v.server_source.take().into_iter().collect();
+    sources.extend(same.iter().filter(|m| m.equal == ok).map(|m| who(m)));
+    v.server_source = Some(sources.join("; "));
+    if v.server_state.is_none() {
+        v.server_state = same
+            .iter()
+            .find(|m| m.equal == ok)
+            .and_then(|m| state_of_message(&m.line.message))
+            .map(str::to_owned);
+    }
+    let restored_undecided = row.restored_from.is_some() && v.agrees.is_none();
+    v.agrees = match v.agrees {
+        Some(a) => Some(a && ok),
+        None => Some(ok),
+    };
+    if restored_undecided {
+        // The log settles what the file alone could not.
+        v.disagreement = None;
+    }
+    if !ok {
+        let m = same[0];
+        let text = format!(
+            "the server's decoder that started as the replay did logged \"{}\"{} here ({}), the replay \"{}\"{}",
+            m.line.message,
+            m.line.detail.as_deref().map(|d| format!(" / \"{d}\"")).unwrap_or_default(),
+            who(m),
+            message,
+            row.detail.as_deref().map(|d| format!(" / \"{d}\"")).unwrap_or_default()
+        );
+        v.disagreement = Some(match v.disagreement.take() {
+            Some(d) => format!("{d}; {text}"),
+            None => text,
+        });
+    }
+    v
+}
+
+fn judge_row_without_log_lines(row: &TraceRow, facts: &ServerFacts) -> Verdict {
     if let Some(pred) = &row.serialized {
         return match &facts.file {
             FileFact::Read { file, raw } => {
@@ -582,6 +677,7 @@ mod tests {
             replay_start: None,
             other_writers: Vec::new(),
             log_writers: LogWriters::NotAsked,
+            log_lines: LogLines::NotAsked,
         }
     }
 
@@ -793,6 +889,57 @@ mod tests {
             .disagreement
             .unwrap()
             .starts_with("undecided: writer-dependent xmax"));
+    }
+
+    /// A builder message is judged by the line a decoder that started as the replay did
+    /// logged for the same record; other decoders' lines do not judge it.
+    #[test]
+    fn builder_messages_judged_by_the_log() {
+        use crate::server_log::{BuilderLine, LogLineMatch};
+        let mut row = serialize_row();
+        row.serialized = None;
+        row.message = Some("logical decoding found consistent point at 0/64".into());
+        row.detail = Some("There are no running transactions.".into());
+        let line = |msg: &str, same_start: bool, equal: bool| LogLineMatch {
+            line: BuilderLine {
+                at_ms: 1_796_131_110_089,
+                pid: Some(42),
+                message: msg.into(),
+                detail: None,
+                statement: None,
+            },
+            same_start,
+            equal,
+        };
+        let mut f = facts(FileFact::Absent);
+        f.log_lines = LogLines::Lines(vec![line(
+            "logical decoding found consistent point at 0/64",
+            true,
+            true,
+        )]);
+        let v = judge_row(&row, &f);
+        assert_eq!(v.agrees, Some(true));
+        assert_eq!(v.server_state.as_deref(), Some("consistent"));
+        assert_eq!(
+            v.server_source.as_deref(),
+            Some("server log: pid 42 at 2026-12-01 13:18:30.089 UTC")
+        );
+        f.log_lines = LogLines::Lines(vec![line(
+            "logical decoding found initial starting point at 0/64",
+            true,
+            false,
+        )]);
+        let v = judge_row(&row, &f);
+        assert_eq!(v.agrees, Some(false));
+        assert!(v.disagreement.unwrap().contains("initial starting point"));
+        f.log_lines = LogLines::Lines(vec![line(
+            "logical decoding found initial starting point at 0/64",
+            false,
+            false,
+        )]);
+        assert_eq!(judge_row(&row, &f), Verdict::default());
+        f.log_lines = LogLines::Unreadable("no log".into());
+        assert_eq!(judge_row(&row, &f), Verdict::default());
     }
 
     #[test]

@@ -34,6 +34,43 @@ pub enum LogEvent {
         restart: Lsn,
         kind: DecoderKind,
     },
+    /// A LOG line of the snapshot builder (`logical decoding found …`), with its DETAIL and
+    /// the statement of the session that logged it.
+    Builder(BuilderLine),
+}
+
+/// A snapshot builder's LOG line as the server wrote it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BuilderLine {
+    pub at_ms: i64,
+    pub pid: Option<i32>,
+    pub message: String,
+    pub detail: Option<String>,
+    pub statement: Option<String>,
+}
+
+impl BuilderLine {
+    /// The LSN the message ends with (`… at X/Y`).
+    pub fn lsn(&self) -> Option<Lsn> {
+        message_lsn(&self.message)
+    }
+}
+
+/// The LSN a builder message ends with (`logical decoding found … at X/Y`).
+pub fn message_lsn(message: &str) -> Option<Lsn> {
+    let at = message.rfind(" at ")?;
+    leading_lsn(&message[at + 4..]).map(|(l, _)| l)
+}
+
+/// The builder messages the server logs at LOG (SnapBuildFindSnapshot, SnapBuildRestore).
+const BUILDER_PREFIX: &str = "logical decoding found ";
+
+/// Whether a statement creates a slot (its decoder is a creating one).
+fn creates_slot(statement: &str) -> bool {
+    statement.contains("pg_create_logical_replication_slot")
+        || statement
+            .trim_start()
+            .starts_with("CREATE_REPLICATION_SLOT")
 }
 
 /// How a decoder's start_decoding_at relates to the `after` its log line prints.
@@ -78,6 +115,7 @@ impl LogEvent {
     pub fn at_ms(&self) -> i64 {
         match self {
             LogEvent::ServerStart { at_ms } | LogEvent::DecoderStart { at_ms, .. } => *at_ms,
+            LogEvent::Builder(b) => b.at_ms,
         }
     }
 }
@@ -98,6 +136,28 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let doy = (153 * mp + 2) / 5 + d - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     era * 146097 + doe - 719468
+}
+
+/// `ms` since the epoch as `%m` prints it in UTC (`2026-12-01 13:18:30.089 UTC`).
+pub fn format_ms(ms: i64) -> String {
+    let (days, rem) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
+    // civil_from_days (H. Hinnant)
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:03} UTC",
+        rem / 3_600_000,
+        rem / 60_000 % 60,
+        rem / 1000 % 60,
+        rem % 1000
+    )
 }
 
 /// A timestamp at the start of `s` as `%m`/`%t` print it (`2026-12-01 13:18:30.089 UTC`,
@@ -185,74 +245,103 @@ fn prefix_pid(prefix: &str) -> Option<i32> {
     prefix[open + 1..close].parse().ok()
 }
 
-/// Reads stderr-format lines one at a time. A decoder start's LOG line is paired with the
-/// DETAIL line and the STATEMENT line that follow it with the same prefix (one ereport
-/// writes them at once); call [`StderrParser::finish`] after the last line.
+/// A message being read: its prefix and what it has so far.
+enum Open {
+    /// `starting logical decoding for slot`: (time, pid, slot, DETAIL's (after, restart)).
+    Start(i64, Option<i32>, String, Option<(Lsn, Lsn)>),
+    Builder(BuilderLine),
+}
+
+/// Reads stderr-format lines one at a time. A LOG line is paired with the DETAIL and
+/// STATEMENT lines that follow it with the same prefix (one ereport writes them at once);
+/// call [`StderrParser::finish`] after the last line.
 #[derive(Default)]
 pub struct StderrParser {
-    /// A `starting logical decoding` line waiting for its DETAIL: (time, prefix, pid, slot).
-    pending: Option<(i64, String, Option<i32>, String)>,
-    /// A decoder start waiting for its STATEMENT: (prefix, event without its kind).
-    started: Option<(String, LogEvent)>,
+    open: Option<(String, Open)>,
 }
 
 impl StderrParser {
     /// Feeds one line (without its newline); returns the events it completes.
     pub fn line(&mut self, line: &str) -> Vec<LogEvent> {
         let mut out = Vec::new();
-        let pending = self.pending.take();
-        let started = self.started.take();
-        if let Some((prefix, mut ev)) = started {
-            let statement = line
-                .strip_prefix(prefix.as_str())
-                .and_then(|rest| rest.strip_prefix("STATEMENT:  "));
-            if let LogEvent::DecoderStart { kind, .. } = &mut ev {
-                *kind = DecoderKind::from_statement(statement);
-            }
-            out.push(ev);
-            if statement.is_some() {
-                return out;
+        if let Some((prefix, open)) = self.open.take() {
+            let rest = line.strip_prefix(prefix.as_str());
+            let detail = rest.and_then(|r| r.strip_prefix("DETAIL:  "));
+            let statement = rest.and_then(|r| r.strip_prefix("STATEMENT:  "));
+            let other_part =
+                rest.is_some_and(|r| r.starts_with("HINT:  ") || r.starts_with("CONTEXT:  "));
+            match (open, detail, statement) {
+                (Open::Start(t, pid, slot, None), Some(d), _) => {
+                    match parse_start_detail(d) {
+                        Some(dr) => self.open = Some((prefix, Open::Start(t, pid, slot, Some(dr)))),
+                        None => {}
+                    }
+                    return out;
+                }
+                (Open::Builder(mut b), Some(d), _) if b.detail.is_none() => {
+                    b.detail = Some(d.to_owned());
+                    self.open = Some((prefix, Open::Builder(b)));
+                    return out;
+                }
+                (open, _, Some(st)) => {
+                    out.extend(close(open, Some(st)));
+                    return out;
+                }
+                (open, _, _) if other_part => {
+                    self.open = Some((prefix, open));
+                    return out;
+                }
+                (open, _, _) => out.extend(close(open, None)),
             }
         }
         let Some((at_ms, _)) = leading_timestamp(line) else {
             return out;
         };
-        if let Some(pos) = line.find("DETAIL:  ") {
-            let (prefix, detail) = (&line[..pos], &line[pos + 9..]);
-            if let Some((t, p, pid, slot)) = pending {
-                if p == prefix {
-                    if let Some((after, restart)) = parse_start_detail(detail) {
-                        let ev = LogEvent::DecoderStart {
-                            at_ms: t,
-                            pid,
-                            slot,
-                            after,
-                            restart,
-                            kind: DecoderKind::Unknown,
-                        };
-                        self.started = Some((prefix.to_owned(), ev));
-                    }
-                }
-            }
-            return out;
-        }
         let Some(pos) = line.find("LOG:  ") else {
             return out;
         };
         let (prefix, msg) = (&line[..pos], &line[pos + 6..]);
+        let pid = prefix_pid(prefix);
         if let Some(rest) = msg.strip_prefix(STARTING) {
             let slot = rest.strip_suffix('"').unwrap_or(rest).to_owned();
-            self.pending = Some((at_ms, prefix.to_owned(), prefix_pid(prefix), slot));
+            self.open = Some((prefix.to_owned(), Open::Start(at_ms, pid, slot, None)));
+        } else if msg.starts_with(BUILDER_PREFIX) {
+            let b = BuilderLine {
+                at_ms,
+                pid,
+                message: msg.to_owned(),
+                detail: None,
+                statement: None,
+            };
+            self.open = Some((prefix.to_owned(), Open::Builder(b)));
         } else if READY.iter().any(|r| msg.starts_with(r)) {
             out.push(LogEvent::ServerStart { at_ms });
         }
         out
     }
 
-    /// The event still waiting for a STATEMENT line at the end of the input.
+    /// The message still open at the end of the input.
     pub fn finish(&mut self) -> Option<LogEvent> {
-        self.pending = None;
-        self.started.take().map(|(_, e)| e)
+        self.open.take().and_then(|(_, o)| close(o, None))
+    }
+}
+
+/// The event of a message read to its end.
+fn close(open: Open, statement: Option<&str>) -> Option<LogEvent> {
+    match open {
+        Open::Start(at_ms, pid, slot, Some((after, restart))) => Some(LogEvent::DecoderStart {
+            at_ms,
+            pid,
+            slot,
+            after,
+            restart,
+            kind: DecoderKind::from_statement(statement),
+        }),
+        Open::Start(_, _, _, None) => None,
+        Open::Builder(mut b) => {
+            b.statement = statement.map(str::to_owned);
+            Some(LogEvent::Builder(b))
+        }
     }
 }
 
@@ -268,6 +357,15 @@ pub fn parse_json_line(line: &str) -> Option<LogEvent> {
     let msg = text("message")?;
     if READY.iter().any(|r| msg.starts_with(r)) {
         return Some(LogEvent::ServerStart { at_ms });
+    }
+    if msg.starts_with(BUILDER_PREFIX) {
+        return Some(LogEvent::Builder(BuilderLine {
+            at_ms,
+            pid: v.get("pid").and_then(|p| p.as_i64()).map(|p| p as i32),
+            message: msg.to_owned(),
+            detail: text("detail").map(str::to_owned),
+            statement: text("statement").map(str::to_owned),
+        }));
     }
     let rest = msg.strip_prefix(STARTING)?;
     let slot = rest.strip_suffix('"').unwrap_or(rest).to_owned();
@@ -349,12 +447,159 @@ pub fn writers_of(events: &[LogEvent], lsn: Lsn, after: Lsn, mtime_ms: i64) -> W
     Writers::Known(found)
 }
 
+/// Where a decoder the log shows began.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Restarted (`starting logical decoding`): reading WAL from `restart`.
+    Restart { restart: Lsn, slot: String },
+    /// Creating a slot (its statement creates one): it began at its first message's record.
+    Creation,
+    /// Neither could be told (no statement logged, no start line seen).
+    Unknown,
+}
+
+/// One decoder's run as the log shows it: who, where it began, its builder lines in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoggedDecoder {
+    pub pid: Option<i32>,
+    pub origin: Origin,
+    pub lines: Vec<BuilderLine>,
+}
+
+impl LoggedDecoder {
+    /// Whether a replay that starts at `start` and whose first builder message names
+    /// `first_message_lsn` runs as this decoder did: a restarted one read from `start`; a
+    /// creating one's first message names the same record.
+    pub fn same_start_as(&self, start: Lsn, first_message_lsn: Option<Lsn>) -> bool {
+        match &self.origin {
+            Origin::Restart { restart, .. } => *restart == start,
+            Origin::Creation => {
+                first_message_lsn.is_some()
+                    && self.lines.first().and_then(BuilderLine::lsn) == first_message_lsn
+            }
+            Origin::Unknown => false,
+        }
+    }
+}
+
+/// The decoders of the log's builder lines: a `starting logical decoding` line opens a
+/// restarted decoder for its pid; a builder line whose statement creates a slot belongs to
+/// that pid's creation (a new one after a `found consistent point`, which ends a
+/// creation); other builder lines go to the pid's open decoder. A server start closes all.
+pub fn decoders(events: &[LogEvent]) -> Vec<LoggedDecoder> {
+    let mut out: Vec<LoggedDecoder> = Vec::new();
+    // pid -> (index in out, creation finished)
+    let mut open: Vec<(Option<i32>, usize, bool)> = Vec::new();
+    for e in events {
+        match e {
+            LogEvent::ServerStart { .. } => open.clear(),
+            LogEvent::DecoderStart {
+                pid, slot, restart, ..
+            } => {
+                open.retain(|(p, _, _)| p != pid);
+                out.push(LoggedDecoder {
+                    pid: *pid,
+                    origin: Origin::Restart {
+                        restart: *restart,
+                        slot: slot.clone(),
+                    },
+                    lines: Vec::new(),
+                });
+                open.push((*pid, out.len() - 1, false));
+            }
+            LogEvent::Builder(b) => {
+                let creating = b.statement.as_deref().is_some_and(creates_slot);
+                let current = open.iter().position(|(p, _, _)| *p == b.pid);
+                let reuse = current.filter(|&i| {
+                    let (_, idx, finished) = open[i];
+                    let is_creation = out[idx].origin == Origin::Creation;
+                    if creating {
+                        is_creation && !finished
+                    } else {
+                        !is_creation || !finished
+                    }
+                });
+                let idx = match reuse {
+                    Some(i) => open[i].1,
+                    None => {
+                        if let Some(i) = current {
+                            open.remove(i);
+                        }
+                        out.push(LoggedDecoder {
+                            pid: b.pid,
+                            origin: if creating {
+                                Origin::Creation
+                            } else {
+                                Origin::Unknown
+                            },
+                            lines: Vec::new(),
+                        });
+                        open.push((b.pid, out.len() - 1, false));
+                        out.len() - 1
+                    }
+                };
+                out[idx].lines.push(b.clone());
+                if creating
+                    && b.message
+                        .starts_with("logical decoding found consistent point")
+                {
+                    if let Some(o) = open.iter_mut().find(|(_, i, _)| *i == idx) {
+                        o.2 = true;
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// What the log says about one builder message of a replay: the lines decoders logged for
+/// the same record, each marked whether its decoder started as the replay did and whether
+/// it says exactly what the replay says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogLineMatch {
+    pub line: BuilderLine,
+    pub same_start: bool,
+    pub equal: bool,
+}
+
+/// The lines of `decoders` naming the record of `message` (the replay's LOG message, with
+/// `detail`), for a replay starting at `start` whose first builder message names
+/// `first_message_lsn`.
+pub fn lines_for(
+    decoders: &[LoggedDecoder],
+    message: &str,
+    detail: Option<&str>,
+    start: Lsn,
+    first_message_lsn: Option<Lsn>,
+) -> Vec<LogLineMatch> {
+    let Some(lsn) = message_lsn(message) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for d in decoders {
+        let same_start = d.same_start_as(start, first_message_lsn);
+        for l in &d.lines {
+            if l.lsn() == Some(lsn) {
+                out.push(LogLineMatch {
+                    equal: l.message == message && l.detail.as_deref() == detail,
+                    line: l.clone(),
+                    same_start,
+                });
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn timestamps() {
+        assert_eq!(format_ms(1_796_131_110_089), "2026-12-01 13:18:30.089 UTC");
+        assert_eq!(format_ms(500), "1970-01-01 00:00:00.500 UTC");
         let (t, rest) = leading_timestamp("2026-12-01 13:18:30.089 UTC [22976] LOG:  x").unwrap();
         assert_eq!(t, 1_796_131_110_089);
         assert_eq!(rest, "[22976] LOG:  x");
@@ -494,5 +739,69 @@ mod tests {
             writers_of(&events, Lsn(75), Lsn(300), 45),
             Writers::Unknown(_)
         ));
+    }
+
+    #[test]
+    fn builder_lines_grouped_by_decoder_and_matched() {
+        let log = r#"2026-12-01 13:00:00.000 UTC [1] LOG:  database system is ready to accept connections
+2026-12-01 13:00:01.000 UTC [10] LOG:  logical decoding found initial starting point at 0/100
+2026-12-01 13:00:01.000 UTC [10] DETAIL:  Waiting for transactions (approximately 1) older than 700 to end.
+2026-12-01 13:00:01.000 UTC [10] STATEMENT:  SELECT pg_create_logical_replication_slot('s', 'test_decoding')
+2026-12-01 13:00:02.000 UTC [10] LOG:  logical decoding found consistent point at 0/200
+2026-12-01 13:00:02.000 UTC [10] DETAIL:  There are no old transactions anymore.
+2026-12-01 13:00:02.000 UTC [10] STATEMENT:  SELECT pg_create_logical_replication_slot('s', 'test_decoding')
+2026-12-01 13:00:03.000 UTC [10] LOG:  logical decoding found consistent point at 0/300
+2026-12-01 13:00:03.000 UTC [10] DETAIL:  There are no running transactions.
+2026-12-01 13:00:03.000 UTC [10] STATEMENT:  SELECT pg_create_logical_replication_slot('t', 'test_decoding')
+2026-12-01 13:00:04.000 UTC [11] LOG:  starting logical decoding for slot "s"
+2026-12-01 13:00:04.000 UTC [11] DETAIL:  Streaming transactions committing after 0/200, reading WAL from 0/100.
+2026-12-01 13:00:04.000 UTC [11] STATEMENT:  SELECT * FROM pg_logical_slot_peek_changes('s', NULL, NULL)
+2026-12-01 13:00:04.000 UTC [11] LOG:  logical decoding found initial starting point at 0/100
+2026-12-01 13:00:04.000 UTC [11] DETAIL:  Waiting for transactions (approximately 1) older than 700 to end.
+2026-12-01 13:00:04.000 UTC [11] STATEMENT:  SELECT * FROM pg_logical_slot_peek_changes('s', NULL, NULL)"#;
+        let mut p = StderrParser::default();
+        let mut events: Vec<LogEvent> = log.lines().flat_map(|l| p.line(l)).collect();
+        events.extend(p.finish());
+        let ds = decoders(&events);
+        assert_eq!(ds.len(), 3, "{ds:#?}");
+        assert_eq!(
+            (ds[0].origin.clone(), ds[0].lines.len()),
+            (Origin::Creation, 2)
+        );
+        assert_eq!(
+            (ds[1].origin.clone(), ds[1].lines.len()),
+            (Origin::Creation, 1)
+        );
+        assert_eq!(
+            (ds[2].origin.clone(), ds[2].lines.len()),
+            (
+                Origin::Restart {
+                    restart: Lsn(0x100),
+                    slot: "s".into()
+                },
+                1
+            )
+        );
+        // A replay from 0/100 whose first message names 0/100: the first creation and the
+        // restarted decoder started as it did; the second creation did not.
+        let m = lines_for(
+            &ds,
+            "logical decoding found initial starting point at 0/100",
+            Some("Waiting for transactions (approximately 1) older than 700 to end."),
+            Lsn(0x100),
+            Some(Lsn(0x100)),
+        );
+        assert_eq!(m.len(), 2);
+        assert!(m.iter().all(|x| x.same_start && x.equal));
+        let m = lines_for(
+            &ds,
+            "logical decoding found consistent point at 0/200",
+            Some("There are no running transactions."),
+            Lsn(0x100),
+            Some(Lsn(0x100)),
+        );
+        assert_eq!(m.len(), 1);
+        assert!(m[0].same_start && !m[0].equal);
+        assert!(lines_for(&ds, "no lsn here", None, Lsn(0), None).is_empty());
     }
 }
