@@ -327,7 +327,11 @@ fn judge_by_logged_writers(file: &SnapBuildOnDisk, raw: &[u8], facts: &ServerFac
         ..Verdict::default()
     };
     if other.is_empty() {
-        let bytes = same[0].file.as_ref().unwrap().encode();
+        // The writer's own fields (start_decoding_at, last_serialized_snapshot, the
+        // committed array's allocated size, …) come from the server's file, as for the
+        // replay's own prediction.
+        let w = same[0].file.as_ref().unwrap();
+        let bytes = bytes_with_writer_fields(w, file, &compare_with_server(w, file, None));
         ByLog::Decided(Verdict {
             agrees: Some(true),
             bytes_agree: bytes.map(|b| b == raw),

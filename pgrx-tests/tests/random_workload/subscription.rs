@@ -26,11 +26,13 @@ pub struct SubscriptionObs {
 }
 
 impl Subscription {
-    /// Publication `<prefix>_pub` (table `<prefix>_t0`; on 15+ its columns a and b only, so
-    /// the workload's ADD COLUMNs are not replicated to a subscriber that lacks them),
-    /// slot `<prefix>_sub` (pgoutput), then the subscription in `admin_b`'s database
-    /// (copy_data on: a tablesync worker copies `<prefix>_t0` through a temporary slot;
-    /// streaming on).
+    /// Publication `<prefix>_pub` of its own table `<prefix>_pub` (in both databases, 100
+    /// rows in the publisher's; the workload's DDL and deletes do not touch it, so the
+    /// subscriber never stops on a missing column or a replica identity), slot
+    /// `<prefix>_sub` (pgoutput), then the subscription in `admin_b`'s database (copy_data
+    /// on: a tablesync worker copies the table through a temporary slot it creates over
+    /// the replication protocol; streaming on). Its walsender decodes all of the WAL
+    /// whatever it publishes.
     pub fn create(
         env: &Env,
         admin: &mut Client,
@@ -40,10 +42,17 @@ impl Subscription {
         let name = format!("{prefix}_sub");
         drop_subscription(admin_b, &name);
         let guard = SlotGuard::new(env, &name);
-        let columns = if env.major >= 15 { " (a, b)" } else { "" };
+        let table = format!("{prefix}_pub");
         admin
             .batch_execute(&format!(
-                "DROP PUBLICATION IF EXISTS {prefix}_pub; CREATE PUBLICATION {prefix}_pub FOR TABLE {prefix}_t0{columns}"
+                "DROP PUBLICATION IF EXISTS {table}; CREATE TABLE IF NOT EXISTS {table}(a int, b text); \
+                 INSERT INTO {table} SELECT g, 'p' FROM generate_series(1, 100) g; \
+                 CREATE PUBLICATION {table} FOR TABLE {table}"
+            ))
+            .unwrap();
+        admin_b
+            .batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {table}(a int, b text)"
             ))
             .unwrap();
         Creation::start(env, &name, "pgoutput").wait(Duration::from_secs(120));
