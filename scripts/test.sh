@@ -5,7 +5,8 @@
 # Prints one summary line per stage; exits non-zero if any stage failed.
 # PGSNAP_MAJORS="18" limits the majors (default "18 17 16 15 14"). PGSNAP_MINORS=all adds, after them,
 # the multi-session and random-workload tests on every older minor release of those majors (setup
-# unpacks them into .pg/MAJOR.MINOR; about 4 min each). Test stages have time limits (below) so a
+# unpacks them into .pg/MAJOR.MINOR; about 2 min each), with the random workload's seeds from
+# PGSNAP_MINOR_SEEDS (default: PGSNAP_SEEDS, else 1,2,3). Test stages have time limits (below) so a
 # hung test cannot eat a CI budget: setup from nothing ~25 min (cargo-pgrx ~10, release builds ~3.5 min
 # for the first major + ~1 min per further one) + at most 5 x (6 + 2 + 6) min.
 set -uo pipefail
@@ -124,7 +125,7 @@ if [ "${PGSNAP_MINORS:-}" = all ]; then
     for v in $(older_minors); do   # the build of the major, copied by setup.sh
         rm -rf "$W/pg$v"
         if stage "pg$v: start cluster" "$ROOT/scripts/cluster.sh" start "$v"; then
-            stage "pg$v: multi-session tests" multi_session "$v"
+            PGSNAP_SEEDS=${PGSNAP_MINOR_SEEDS:-${PGSNAP_SEEDS:-1,2,3}} stage "pg$v: multi-session tests" multi_session "$v"
             stage "pg$v: stop cluster" "$ROOT/scripts/cluster.sh" stop "$v"
         fi
     done
