@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # README command 1: create a logical slot on PostgreSQL 18 while other sessions hold transactions
 # open, so that the snapshot builder goes START -> BUILDING -> FULL -> CONSISTENT (branches c-1,
-# c-2, c-3), decode a little so .snap files exist, then show pg_snapbuild's verdicts beside the
-# server's own LOG lines. Safe to re-run. Leaves the cluster running (scripts/cluster.sh stop 18).
+# c-2, c-3); while it hangs, snapbuild_diagnose names the sessions it waits for, and the creation
+# finishes once they commit. Then decode a little so .snap files exist, and show pg_snapbuild's
+# verdicts beside the server's own LOG lines. Safe to re-run. Leaves the cluster running (scripts/cluster.sh stop 18).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -90,13 +91,17 @@ echo "    RUNNING_XACTS at $(found "initial starting point") lists A and B: STAR
 
 hold C 3
 say "session C opens xid $(xid_of C) while the builder is BUILDING"
-say "A and B commit (the slot's backend waited for them, then logs a RUNNING_XACTS itself)"
+diagnose="SELECT kind, finding, xid, pid, application_name, state, remedy FROM snapbuild_diagnose('demo_slot')
+          WHERE kind LIKE 'creation%' OR kind LIKE 'waiting%'"
+show "pg_snapbuild: why does the creation of demo_slot hang? (snapbuild_diagnose names the sessions)" "$diagnose"
+say "the remedy: A and B commit (the slot's backend waited for them, then logs a RUNNING_XACTS itself)"
 release A 1; release B 2
 echo "    RUNNING_XACTS at $(found "initial consistent point") lists only C: BUILDING -> FULL (c-2)"
+show "pg_snapbuild: what the creation waits for now" "$diagnose"
 
 hold D 4
 say "session D opens xid $(xid_of D) after FULL"
-say "C commits"
+say "the remedy: C commits"
 release C 3
 echo "    RUNNING_XACTS at $(found "consistent point") lists only D, which began after FULL:"
 echo "    FULL -> CONSISTENT (c-3), \"There are no old transactions anymore\""
