@@ -19,6 +19,11 @@
 //!   end of the record it read; `snapbuild_slot_prediction` (with and without
 //!   `by_advance`) predicts each slot's confirmed_flush as the server then sets it.
 //!
+//! - f6: the server log in the logging collector's formats (csvlog on every major, jsonlog
+//!   on 15+): the server restarts with that log_destination, a slot is created while a
+//!   transaction is open (c-1 … c-3), and each LOG-level builder row of the trace agrees from
+//!   the creating backend's own line (`server log: pid P`), read from the collector's file.
+//!
 //! The overflowed-subtransaction shape of the same issue is scenario c2
 //! (`tests/scenarios.rs`).
 
@@ -385,4 +390,107 @@ fn f5_advance_confirms_its_target_get_changes_the_record_end() {
         predicted_advance, server_advance,
         "confirmed_flush after pg_replication_slot_advance"
     );
+}
+
+/// `ALTER SYSTEM` settings for the logging collector, undone (and the server restarted with
+/// its usual stderr log) when dropped.
+struct CollectorLog<'e> {
+    env: &'e Env,
+}
+
+impl<'e> CollectorLog<'e> {
+    fn start(env: &'e Env, c: &mut Client, destination: &str) -> CollectorLog<'e> {
+        // one statement per call: ALTER SYSTEM refuses a multi-statement (implicit) block
+        c.batch_execute("ALTER SYSTEM SET logging_collector = on")
+            .unwrap();
+        c.batch_execute(&format!(
+            "ALTER SYSTEM SET log_destination = '{destination}'"
+        ))
+        .unwrap();
+        let g = CollectorLog { env };
+        env.restart(false).unwrap();
+        g
+    }
+}
+
+impl Drop for CollectorLog<'_> {
+    fn drop(&mut self) {
+        let mut c = self.env.connect("pgsnap-fid-log");
+        let _ = c.batch_execute("ALTER SYSTEM RESET logging_collector");
+        let _ = c.batch_execute("ALTER SYSTEM RESET log_destination");
+        let _ = self.env.restart(false);
+    }
+}
+
+#[test]
+fn f6_builder_lines_read_from_csvlog_and_jsonlog() {
+    let Some((_g, env, _)) = start() else {
+        return;
+    };
+    let formats: &[&str] = if env.major >= 15 {
+        &["csvlog", "jsonlog"]
+    } else {
+        &["csvlog"]
+    };
+    for format in formats {
+        let log = CollectorLog::start(&env, &mut env.connect("pgsnap-fid-log"), format);
+        let mut c = env.connect("pgsnap-fid-log");
+        let current: String = c
+            .query_one("SELECT coalesce(pg_current_logfile(), '')", &[])
+            .unwrap()
+            .get(0);
+        let slot = format!("pgsnap_fid_{format}");
+        let _slot = SlotGuard::new(&env, &slot);
+        let open = OpenXact::begin(&env, "pgsnap-fid-open");
+        let creation = Creation::start(&env, &slot, "test_decoding");
+        let creator = creation.pid;
+        wait_for(
+            "the creation to wait for the open transaction",
+            std::time::Duration::from_secs(30),
+            || waits_for_xid(&mut c, creator, open.xid),
+        );
+        open.commit();
+        env.log_standby_snapshot(&mut c);
+        creation.wait(std::time::Duration::from_secs(60));
+        let rows = trace(&mut c, &slot).unwrap();
+        let logged: Vec<&TraceRow> = rows
+            .iter()
+            .filter(|r| {
+                r.level.as_deref() == Some("LOG")
+                    && r.message
+                        .as_deref()
+                        .is_some_and(|m| m.starts_with("logical decoding found"))
+            })
+            .collect();
+        let by_creator = format!("server log: pid {creator} ");
+        let agreeing = logged
+            .iter()
+            .filter(|r| {
+                r.agrees == Some(true)
+                    && js(&r.raw, "server_source").is_some_and(|s| s.contains(&by_creator))
+            })
+            .count();
+        println!(
+            "pgsnap-counts: f6 PG{} {format} ({current}): creator pid {creator}, builder rows {} agreeing from its line {agreeing}",
+            env.major,
+            logged.len()
+        );
+        assert!(
+            current.ends_with(if *format == "csvlog" { ".csv" } else { ".json" }),
+            "the server should log to a {format} file, pg_current_logfile() = {current:?}"
+        );
+        assert!(
+            logged.len() >= 2,
+            "c-1 and a consistent point expected:\n{}",
+            dump(&rows)
+        );
+        assert_eq!(
+            agreeing,
+            logged.len(),
+            "every builder row should agree from pid {creator}'s {format} line:\n{}",
+            dump(&rows)
+        );
+        drop(c);
+        drop(log);
+    }
 }

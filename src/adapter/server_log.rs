@@ -1,17 +1,19 @@
 //! The server's own log file, read for its lines about logical decoders
 //! (`snapbuild_core::server_log`).
 //!
-//! Where it is: the `stderr` or `jsonlog` entry of `current_logfiles` in the data
-//! directory (the logging collector's file, as `pg_current_logfile()` reads it), else the
-//! backend's standard error when that is a regular file (`pg_ctl -l FILE` without the
-//! collector), found through `/proc/self/fd/2`. The file is streamed line by line; at most
-//! [`MAX_LOG_BYTES`] from its end are read, so a huge log costs a bounded read and may leave
-//! out older lines (the verdicts that need them then stay undecided).
+//! Where it is: the `jsonlog`, `csvlog` or `stderr` entry of `current_logfiles` in the data
+//! directory (the logging collector's file, as `pg_current_logfile()` reads it; the
+//! structured formats first), with the earlier files of the same format in its directory
+//! (rotated ones, oldest first); else the backend's standard error when that is a regular
+//! file (`pg_ctl -l FILE` without the collector), found through `/proc/self/fd/2`. Files are
+//! streamed line by line; at most [`MAX_LOG_BYTES`] are read, the newest ones, so a huge log
+//! costs a bounded read and may leave out older lines (the verdicts that need them then stay
+//! undecided).
 
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::PathBuf;
 
-use snapbuild_core::server_log::{parse_json_line, LogEvent, StderrParser};
+use snapbuild_core::server_log::{parse_json_line, CsvParser, LogEvent, StderrParser};
 
 /// How much of the log's end is read (bytes).
 pub const MAX_LOG_BYTES: u64 = 256 * 1024 * 1024;
@@ -20,71 +22,128 @@ pub const MAX_LOG_BYTES: u64 = 256 * 1024 * 1024;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     Stderr,
+    Csv,
     Json,
 }
 
-/// The current log file and its format, or why there is none to read.
-pub fn locate() -> Result<(PathBuf, Format), String> {
+/// The current log file, its format and whether the logging collector writes it (then
+/// rotated files sit beside it), or why there is none to read.
+pub fn locate() -> Result<(PathBuf, Format, bool), String> {
     // The backend's working directory is the data directory.
     if let Ok(text) = std::fs::read_to_string("current_logfiles") {
-        for line in text.lines() {
-            if let Some((kind, path)) = line.split_once(' ') {
+        let mut found: Vec<(Format, PathBuf)> = text
+            .lines()
+            .filter_map(|line| {
+                let (kind, path) = line.split_once(' ')?;
                 let format = match kind {
-                    "stderr" => Format::Stderr,
                     "jsonlog" => Format::Json,
-                    _ => continue,
+                    "csvlog" => Format::Csv,
+                    "stderr" => Format::Stderr,
+                    _ => return None,
                 };
-                return Ok((PathBuf::from(path), format));
-            }
+                Some((format, PathBuf::from(path)))
+            })
+            .collect();
+        found.sort_by_key(|(f, _)| match f {
+            Format::Json => 0,
+            Format::Csv => 1,
+            Format::Stderr => 2,
+        });
+        if let Some((f, p)) = found.into_iter().next() {
+            return Ok((p, f, true));
         }
     }
     match std::fs::read_link("/proc/self/fd/2") {
         Ok(p) if p.is_absolute() && std::fs::metadata(&p).is_ok_and(|m| m.is_file()) => {
-            Ok((p, Format::Stderr))
+            Ok((p, Format::Stderr, false))
         }
-        _ => Err("the server log is not a file this backend can find (no stderr or jsonlog entry in current_logfiles, and standard error is not a regular file)".into()),
+        _ => Err("the server log is not a file this backend can find (no jsonlog, csvlog or stderr entry in current_logfiles, and standard error is not a regular file)".into()),
     }
+}
+
+/// The files to read, oldest first, with the offset to start each at: the current one and,
+/// for the collector's files, the earlier ones of the same extension in its directory,
+/// newest first until [`MAX_LOG_BYTES`] are reached.
+fn files_to_read(current: &std::path::Path, collector: bool) -> Vec<(PathBuf, u64)> {
+    let mut files: Vec<(std::time::SystemTime, PathBuf, u64)> = Vec::new();
+    let meta = |p: &std::path::Path| std::fs::metadata(p).ok().filter(|m| m.is_file());
+    if let Some(m) = meta(current) {
+        files.push((
+            m.modified().unwrap_or(std::time::UNIX_EPOCH),
+            current.to_path_buf(),
+            m.len(),
+        ));
+    }
+    if collector {
+        let ext = current.extension().map(|e| e.to_owned());
+        if let Some(Ok(dir)) = current.parent().map(std::fs::read_dir) {
+            for e in dir.flatten() {
+                let p = e.path();
+                if p == current || p.extension().map(|e| e.to_owned()) != ext {
+                    continue;
+                }
+                if let Some(m) = meta(&p) {
+                    files.push((m.modified().unwrap_or(std::time::UNIX_EPOCH), p, m.len()));
+                }
+            }
+        }
+    }
+    files.sort_by(|a, b| b.0.cmp(&a.0)); // newest first
+    let mut left = MAX_LOG_BYTES;
+    let mut out = Vec::new();
+    for (_, p, len) in files {
+        if left == 0 {
+            break;
+        }
+        let skip = len.saturating_sub(left);
+        left -= len - skip;
+        out.push((p, skip));
+    }
+    out.reverse();
+    out
 }
 
 /// The decoder and server-start events of the log, oldest first (see
 /// `snapbuild_core::server_log`); `check` runs between lines (interrupts).
 pub fn events(mut check: impl FnMut()) -> Result<(PathBuf, Vec<LogEvent>), String> {
-    let (path, format) = locate()?;
-    let mut f = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let skip = len.saturating_sub(MAX_LOG_BYTES);
-    if skip > 0 {
-        f.seek(SeekFrom::Start(skip))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    let mut reader = BufReader::new(f.take(MAX_LOG_BYTES));
+    let (path, format, collector) = locate()?;
     let mut out = Vec::new();
-    let mut parser = StderrParser::default();
-    let mut buf = Vec::new();
-    let mut first = skip > 0;
     let mut n = 0u64;
-    loop {
-        buf.clear();
-        match reader.read_until(b'\n', &mut buf) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) => return Err(format!("{}: {e}", path.display())),
+    for (file, skip) in files_to_read(&path, collector) {
+        let mut f = std::fs::File::open(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        if skip > 0 {
+            f.seek(SeekFrom::Start(skip))
+                .map_err(|e| format!("{}: {e}", file.display()))?;
         }
-        if std::mem::take(&mut first) {
-            continue; // the partial line where reading began
+        let mut reader = BufReader::new(f.take(MAX_LOG_BYTES));
+        let mut stderr = StderrParser::default();
+        let mut csv = CsvParser::default();
+        let mut buf = Vec::new();
+        let mut first = skip > 0;
+        loop {
+            buf.clear();
+            match reader.read_until(b'\n', &mut buf) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => return Err(format!("{}: {e}", file.display())),
+            }
+            if std::mem::take(&mut first) {
+                continue; // the partial line where reading began
+            }
+            n += 1;
+            if n % 4096 == 0 {
+                check();
+            }
+            let line = String::from_utf8_lossy(&buf);
+            let line = line.trim_end_matches(['\n', '\r']);
+            match format {
+                Format::Stderr => out.extend(stderr.line(line)),
+                Format::Csv => out.extend(csv.line(line)),
+                Format::Json => out.extend(parse_json_line(line)),
+            }
         }
-        n += 1;
-        if n % 4096 == 0 {
-            check();
-        }
-        let line = String::from_utf8_lossy(&buf);
-        let line = line.trim_end_matches(['\n', '\r']);
-        match format {
-            Format::Stderr => out.extend(parser.line(line)),
-            Format::Json => out.extend(parse_json_line(line)),
-        }
+        out.extend(stderr.finish());
     }
-    out.extend(parser.finish());
     Ok((path, out))
 }
 

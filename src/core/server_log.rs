@@ -345,39 +345,115 @@ fn close(open: Open, statement: Option<&str>) -> Option<LogEvent> {
     }
 }
 
-/// One jsonlog line (`log_destination = jsonlog`): its `timestamp`, `error_severity`,
-/// `message`, `detail` and `pid`.
-pub fn parse_json_line(line: &str) -> Option<LogEvent> {
-    let v: serde_json::Value = serde_json::from_str(line).ok()?;
-    let text = |k: &str| v.get(k).and_then(|x| x.as_str());
-    if text("error_severity")? != "LOG" {
+/// The event of one structured log entry (jsonlog, csvlog): its severity, `%m`-style
+/// time, pid, message, detail and statement.
+fn event_from_fields(
+    severity: &str,
+    timestamp: &str,
+    pid: Option<i32>,
+    msg: &str,
+    detail: Option<&str>,
+    statement: Option<&str>,
+) -> Option<LogEvent> {
+    if severity != "LOG" {
         return None;
     }
-    let (at_ms, _) = leading_timestamp(text("timestamp")?)?;
-    let msg = text("message")?;
+    let (at_ms, _) = leading_timestamp(timestamp)?;
     if READY.iter().any(|r| msg.starts_with(r)) {
         return Some(LogEvent::ServerStart { at_ms });
     }
     if msg.starts_with(BUILDER_PREFIX) {
         return Some(LogEvent::Builder(BuilderLine {
             at_ms,
-            pid: v.get("pid").and_then(|p| p.as_i64()).map(|p| p as i32),
+            pid,
             message: msg.to_owned(),
-            detail: text("detail").map(str::to_owned),
-            statement: text("statement").map(str::to_owned),
+            detail: detail.map(str::to_owned),
+            statement: statement.map(str::to_owned),
         }));
     }
     let rest = msg.strip_prefix(STARTING)?;
     let slot = rest.strip_suffix('"').unwrap_or(rest).to_owned();
-    let (after, restart) = parse_start_detail(text("detail")?)?;
+    let (after, restart) = parse_start_detail(detail?)?;
     Some(LogEvent::DecoderStart {
         at_ms,
-        pid: v.get("pid").and_then(|p| p.as_i64()).map(|p| p as i32),
+        pid,
         slot,
         after,
         restart,
-        kind: DecoderKind::from_statement(text("statement")),
+        kind: DecoderKind::from_statement(statement),
     })
+}
+
+/// One jsonlog line (`log_destination = jsonlog`): its `timestamp`, `error_severity`,
+/// `pid`, `message`, `detail` and `statement`.
+pub fn parse_json_line(line: &str) -> Option<LogEvent> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    let text = |k: &str| v.get(k).and_then(|x| x.as_str());
+    event_from_fields(
+        text("error_severity")?,
+        text("timestamp")?,
+        v.get("pid").and_then(|p| p.as_i64()).map(|p| p as i32),
+        text("message")?,
+        text("detail"),
+        text("statement"),
+    )
+}
+
+/// Reads csvlog (`log_destination = csvlog`) line by line: a record ends at a newline
+/// outside quotes (fields may hold newlines); its columns are those of the server's
+/// csvlog (log_time 0, process_id 3, error_severity 11, message 13, detail 14, query 19).
+#[derive(Default)]
+pub struct CsvParser {
+    record: String,
+}
+
+impl CsvParser {
+    /// Feeds one line (without its newline); returns the event of a record it completes.
+    pub fn line(&mut self, line: &str) -> Option<LogEvent> {
+        if !self.record.is_empty() {
+            self.record.push('\n');
+        }
+        self.record.push_str(line);
+        // complete when the quotes are balanced
+        if self.record.bytes().filter(|&b| b == b'"').count() % 2 != 0 {
+            if self.record.len() > 1 << 20 {
+                self.record.clear(); // not csvlog after all
+            }
+            return None;
+        }
+        let record = std::mem::take(&mut self.record);
+        let f = csv_fields(&record);
+        let field = |i: usize| f.get(i).map(String::as_str).filter(|s| !s.is_empty());
+        event_from_fields(
+            field(11)?,
+            field(0)?,
+            field(3).and_then(|p| p.parse().ok()),
+            field(13)?,
+            field(14),
+            field(19),
+        )
+    }
+}
+
+/// The fields of one CSV record (RFC 4180 quoting, as the server writes csvlog).
+fn csv_fields(record: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut chars = record.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => out.push(std::mem::take(&mut cur)),
+            _ => cur.push(c),
+        }
+    }
+    out.push(cur);
+    out
 }
 
 /// The decoders that could have written a `.snap` file, from the log's events.
@@ -679,6 +755,31 @@ mod tests {
         assert!(DecoderKind::Unknown.can_start_at(Lsn(2), Lsn(9)));
         assert!(!DecoderKind::Unknown.can_start_at(Lsn(2), Lsn(1)));
         assert!(!DecoderKind::Sql.can_start_at(Lsn(2), Lsn(9)));
+    }
+
+    #[test]
+    fn csv_decoder_start_with_quotes_and_newlines() {
+        let mut p = CsvParser::default();
+        let lines = [
+            r#"2026-12-01 13:18:30.102 UTC,"postgres","postgres",22976,"127.0.0.1:1",x,1,"SELECT",2026-12-01 13:18:30 UTC,3/4,0,LOG,00000,"starting logical decoding for slot ""s""","Streaming transactions committing after 1/2, reading WAL from 1/1.",,,,,"SELECT 'a"#,
+            r#"b'",,,"app","client backend",,0"#,
+        ];
+        let events: Vec<LogEvent> = lines.iter().filter_map(|l| p.line(l)).collect();
+        assert_eq!(
+            events,
+            vec![LogEvent::DecoderStart {
+                at_ms: 1_796_131_110_102,
+                pid: Some(22976),
+                slot: "s".into(),
+                after: Lsn((1 << 32) | 2),
+                restart: Lsn((1 << 32) | 1),
+                kind: DecoderKind::Sql,
+            }]
+        );
+        assert_eq!(
+            csv_fields(r#"a,"b,""c""",,d"#),
+            vec!["a", "b,\"c\"", "", "d"]
+        );
     }
 
     #[test]
