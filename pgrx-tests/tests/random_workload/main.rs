@@ -1,7 +1,10 @@
-//! A seeded random workload against the live server: several sessions run DDL, DML,
-//! savepoints, rollbacks and prepared transactions while logical slots are created,
-//! consumed and restarted. At the end every verdict of the replay is checked against
-//! what the server did:
+//! A seeded random workload against the live server: several sessions (in two databases)
+//! run DDL, DML, large inserts, savepoints, rollbacks, logical messages, a 70-subtransaction
+//! DDL block and prepared transactions while logical slots are created, peeked, consumed
+//! (`pg_logical_slot_get_changes`) or advanced (`pg_replication_slot_advance`), the server
+//! restarts (fast or immediate) and a built-in subscription's walsender decodes beside them
+//! (`subscription`). At the end every verdict of the replay is checked against what the
+//! server did:
 //!
 //! - every `get_changes` is preceded by `snapbuild_slot_prediction`, and the slot the
 //!   server leaves must be the prediction;
@@ -11,8 +14,10 @@
 //!   returned;
 //! - every slot: the commits the replay says are decoded are exactly the xids
 //!   `test_decoding` emits for the same WAL (`include-xids`, `skip-empty-xacts` off);
+//! - with `stream-changes` on, test_decoding ends the same transactions as without;
 //! - every `.snap` file the server wrote at a serialization point of the replay agrees
-//!   with the replay's prediction (`agrees`, `bytes_agree`), and no row disagrees.
+//!   with the replay's prediction (`agrees`, `bytes_agree`), and no row disagrees;
+//! - the subscription's slot, traced while its walsender holds it, has no disagreeing row.
 //!
 //! `PGSNAP_SEEDS` (default `1,2,3`) and `PGSNAP_TXNS` (default 300 transactions per seed)
 //! size it.
@@ -33,7 +38,7 @@
 //! Modules: `steps` (Action, Step, Unit, Recording), `exec` (the executor `Exec` and the
 //! `Outcome` it observes), `generate` (the seeded generator), `checks` (`CHECKS`, the
 //! injected checks), `minimize` (ddmin, the budget, replays), `reproducer` (step lists
-//! as SQL scripts). This file: the tests and what one seed does.
+//! as SQL scripts), `subscription` (the publication, subscription and their slot). This file: the tests and what one seed does.
 //!
 //! `PGSNAP_MINIMIZE_BUDGET=RUNS[,SECONDS]` (default `60,300`; `0` turns minimizing off)
 //! bounds it. `PGSNAP_INJECT_DISAGREEMENT=ddl-commit|commit-prepared` adds a check that
