@@ -430,11 +430,30 @@ fn with_log_lines(row: &TraceRow, mut v: Verdict, lines: &LogLines) -> Verdict {
     } else {
         None
     };
+    // Lines of decoders that started elsewhere: named (at most 3), never judged.
+    let others: Vec<_> = lines.iter().filter(|m| !m.same_start).collect();
+    let others_text = (!others.is_empty()).then(|| {
+        let mut t: Vec<String> = others
+            .iter()
+            .take(3)
+            .map(|m| format!("{} (\"{}\")", who(m), m.line.message))
+            .collect();
+        if others.len() > 3 {
+            t.push(format!("{} more", others.len() - 3));
+        }
+        format!("decoders that started elsewhere: {}", t.join(", "))
+    });
     let Some(ok) = verdict else {
+        if let Some(t) = others_text {
+            let mut sources: Vec<String> = v.server_source.take().into_iter().collect();
+            sources.push(t);
+            v.server_source = Some(sources.join("; "));
+        }
         return v;
     };
     let mut sources: Vec<String> = v.server_source.take().into_iter().collect();
     sources.extend(same.iter().filter(|m| m.equal == ok).map(|m| who(m)));
+    sources.extend(others_text);
     v.server_source = Some(sources.join("; "));
     if v.server_state.is_none() {
         v.server_state = same
@@ -941,7 +960,12 @@ mod tests {
             false,
             false,
         )]);
-        assert_eq!(judge_row(&row, &f), Verdict::default());
+        let v = judge_row(&row, &f);
+        assert_eq!(v.agrees, None);
+        assert_eq!(
+            v.server_source.as_deref(),
+            Some("decoders that started elsewhere: server log: pid 42 at 2026-12-01 13:18:30.089 UTC (\"logical decoding found initial starting point at 0/64\")")
+        );
         f.log_lines = LogLines::Unreadable("no log".into());
         assert_eq!(judge_row(&row, &f), Verdict::default());
     }
