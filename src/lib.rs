@@ -13,6 +13,12 @@
 
 ::pgrx::pg_module_magic!(name, version);
 
+/// Registers the extension's settings when the library is loaded.
+#[pgrx::pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    adapter::server_log::define_gucs();
+}
+
 pub mod adapter;
 pub mod context;
 pub mod sql;

@@ -6,17 +6,37 @@
 //! structured formats first), with the earlier files of the same format in its directory
 //! (rotated ones, oldest first); else the backend's standard error when that is a regular
 //! file (`pg_ctl -l FILE` without the collector), found through `/proc/self/fd/2`. Files are
-//! streamed line by line; at most [`MAX_LOG_BYTES`] are read, the newest ones, so a huge log
-//! costs a bounded read and may leave out older lines (the verdicts that need them then stay
-//! undecided).
+//! streamed line by line; at most `pg_snapbuild.server_log_max_mb` ([`SERVER_LOG_MAX_MB`],
+//! default 256 MB) are read, the newest ones, so a huge log costs a bounded read and may
+//! leave out older lines (the verdicts that need them then stay undecided).
 
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::PathBuf;
 
 use snapbuild_core::server_log::{parse_json_line, CsvParser, LogEvent, StderrParser};
 
-/// How much of the log's end is read (bytes).
-pub const MAX_LOG_BYTES: u64 = 256 * 1024 * 1024;
+/// `pg_snapbuild.server_log_max_mb`: how much of the log's newest part is read (MB; 0:
+/// the log is not read, and the verdicts that need it stay undecided). Default 256.
+pub static SERVER_LOG_MAX_MB: pgrx::GucSetting<i32> = pgrx::GucSetting::<i32>::new(256);
+
+/// Registers this module's settings (from `_PG_init`).
+pub fn define_gucs() {
+    pgrx::GucRegistry::define_int_guc(
+        c"pg_snapbuild.server_log_max_mb",
+        c"How much of the server log's newest part pg_snapbuild reads (0: none).",
+        c"The trace reads the server log for the decoders' own lines and for which decoders could have written a .snap file; at most this much, the newest files first.",
+        &SERVER_LOG_MAX_MB,
+        0,
+        1024 * 1024,
+        pgrx::GucContext::Userset,
+        pgrx::GucFlags::UNIT_MB,
+    );
+}
+
+/// How much of the log is read (bytes): [`SERVER_LOG_MAX_MB`].
+fn max_log_bytes() -> u64 {
+    u64::try_from(SERVER_LOG_MAX_MB.get()).unwrap_or(0) * 1024 * 1024
+}
 
 /// The log's format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,8 +83,8 @@ pub fn locate() -> Result<(PathBuf, Format, bool), String> {
 
 /// The files to read, oldest first, with the offset to start each at: the current one and,
 /// for the collector's files, the earlier ones of the same extension in its directory,
-/// newest first until [`MAX_LOG_BYTES`] are reached.
-fn files_to_read(current: &std::path::Path, collector: bool) -> Vec<(PathBuf, u64)> {
+/// newest first until `limit` bytes are reached.
+fn files_to_read(current: &std::path::Path, collector: bool, limit: u64) -> Vec<(PathBuf, u64)> {
     let mut files: Vec<(std::time::SystemTime, PathBuf, u64)> = Vec::new();
     let meta = |p: &std::path::Path| std::fs::metadata(p).ok().filter(|m| m.is_file());
     if let Some(m) = meta(current) {
@@ -89,7 +109,7 @@ fn files_to_read(current: &std::path::Path, collector: bool) -> Vec<(PathBuf, u6
         }
     }
     files.sort_by(|a, b| b.0.cmp(&a.0)); // newest first
-    let mut left = MAX_LOG_BYTES;
+    let mut left = limit;
     let mut out = Vec::new();
     for (_, p, len) in files {
         if left == 0 {
@@ -106,16 +126,20 @@ fn files_to_read(current: &std::path::Path, collector: bool) -> Vec<(PathBuf, u6
 /// The decoder and server-start events of the log, oldest first (see
 /// `snapbuild_core::server_log`); `check` runs between lines (interrupts).
 pub fn events(mut check: impl FnMut()) -> Result<(PathBuf, Vec<LogEvent>), String> {
+    let limit = max_log_bytes();
+    if limit == 0 {
+        return Err("pg_snapbuild.server_log_max_mb is 0: the server log is not read".into());
+    }
     let (path, format, collector) = locate()?;
     let mut out = Vec::new();
     let mut n = 0u64;
-    for (file, skip) in files_to_read(&path, collector) {
+    for (file, skip) in files_to_read(&path, collector, limit) {
         let mut f = std::fs::File::open(&file).map_err(|e| format!("{}: {e}", file.display()))?;
         if skip > 0 {
             f.seek(SeekFrom::Start(skip))
                 .map_err(|e| format!("{}: {e}", file.display()))?;
         }
-        let mut reader = BufReader::new(f.take(MAX_LOG_BYTES));
+        let mut reader = BufReader::new(f.take(limit));
         let mut stderr = StderrParser::default();
         let mut csv = CsvParser::default();
         let mut buf = Vec::new();

@@ -247,52 +247,73 @@ fn prefix_pid(prefix: &str) -> Option<i32> {
 
 /// A message being read: its prefix and what it has so far.
 enum Open {
-    /// `starting logical decoding for slot`: (time, pid, slot, DETAIL's (after, restart)).
-    Start(i64, Option<i32>, String, Option<(Lsn, Lsn)>),
+    /// `starting logical decoding for slot`: (time, pid, slot, DETAIL text, STATEMENT).
+    Start(i64, Option<i32>, String, Option<String>, Option<String>),
     Builder(BuilderLine),
 }
 
+/// The part of an open message that continuation lines (starting with a tab) extend.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Message,
+    Detail,
+    Statement,
+    Other,
+}
+
 /// Reads stderr-format lines one at a time. A LOG line is paired with the DETAIL and
-/// STATEMENT lines that follow it with the same prefix (one ereport writes them at once);
-/// call [`StderrParser::finish`] after the last line.
+/// STATEMENT lines that follow it with the same prefix (one ereport writes them at once;
+/// a multi-line part continues on lines that start with a tab); call
+/// [`StderrParser::finish`] after the last line.
 #[derive(Default)]
 pub struct StderrParser {
-    open: Option<(String, Open)>,
+    open: Option<(String, Open, Part)>,
 }
 
 impl StderrParser {
     /// Feeds one line (without its newline); returns the events it completes.
     pub fn line(&mut self, line: &str) -> Vec<LogEvent> {
         let mut out = Vec::new();
-        if let Some((prefix, open)) = self.open.take() {
-            let rest = line.strip_prefix(prefix.as_str());
-            let detail = rest.and_then(|r| r.strip_prefix("DETAIL:  "));
-            let statement = rest.and_then(|r| r.strip_prefix("STATEMENT:  "));
-            let other_part =
-                rest.is_some_and(|r| r.starts_with("HINT:  ") || r.starts_with("CONTEXT:  "));
-            match (open, detail, statement) {
-                (Open::Start(t, pid, slot, None), Some(d), _) => {
-                    match parse_start_detail(d) {
-                        Some(dr) => self.open = Some((prefix, Open::Start(t, pid, slot, Some(dr)))),
-                        None => {}
-                    }
-                    return out;
+        if let Some((prefix, mut open, part)) = self.open.take() {
+            if let Some(cont) = line.strip_prefix('\t') {
+                let field = match (&mut open, part) {
+                    (Open::Builder(b), Part::Message) => Some(&mut b.message),
+                    (Open::Builder(b), Part::Detail) => b.detail.as_mut(),
+                    (Open::Builder(b), Part::Statement) => b.statement.as_mut(),
+                    (Open::Start(_, _, _, d, _), Part::Detail) => d.as_mut(),
+                    (Open::Start(_, _, _, _, st), Part::Statement) => st.as_mut(),
+                    _ => None,
+                };
+                if let Some(f) = field {
+                    f.push('\n');
+                    f.push_str(cont);
                 }
-                (Open::Builder(mut b), Some(d), _) if b.detail.is_none() => {
-                    b.detail = Some(d.to_owned());
-                    self.open = Some((prefix, Open::Builder(b)));
-                    return out;
-                }
-                (open, _, Some(st)) => {
-                    out.extend(close(open, Some(st)));
-                    return out;
-                }
-                (open, _, _) if other_part => {
-                    self.open = Some((prefix, open));
-                    return out;
-                }
-                (open, _, _) => out.extend(close(open, None)),
+                self.open = Some((prefix, open, part));
+                return out;
             }
+            let rest = line.strip_prefix(prefix.as_str());
+            let tagged = |tag: &str| rest.and_then(|r| r.strip_prefix(tag)).map(str::to_owned);
+            if let Some(d) = tagged("DETAIL:  ") {
+                match &mut open {
+                    Open::Builder(b) => b.detail = Some(d),
+                    Open::Start(_, _, _, det, _) => *det = Some(d),
+                }
+                self.open = Some((prefix, open, Part::Detail));
+                return out;
+            }
+            if let Some(st) = tagged("STATEMENT:  ") {
+                match &mut open {
+                    Open::Builder(b) => b.statement = Some(st),
+                    Open::Start(_, _, _, _, s) => *s = Some(st),
+                }
+                self.open = Some((prefix, open, Part::Statement));
+                return out;
+            }
+            if tagged("HINT:  ").is_some() || tagged("CONTEXT:  ").is_some() {
+                self.open = Some((prefix, open, Part::Other));
+                return out;
+            }
+            out.extend(close(open));
         }
         let Some((at_ms, _)) = leading_timestamp(line) else {
             return out;
@@ -304,7 +325,11 @@ impl StderrParser {
         let pid = prefix_pid(prefix);
         if let Some(rest) = msg.strip_prefix(STARTING) {
             let slot = rest.strip_suffix('"').unwrap_or(rest).to_owned();
-            self.open = Some((prefix.to_owned(), Open::Start(at_ms, pid, slot, None)));
+            self.open = Some((
+                prefix.to_owned(),
+                Open::Start(at_ms, pid, slot, None, None),
+                Part::Message,
+            ));
         } else if msg.starts_with(BUILDER_PREFIX) {
             let b = BuilderLine {
                 at_ms,
@@ -313,7 +338,7 @@ impl StderrParser {
                 detail: None,
                 statement: None,
             };
-            self.open = Some((prefix.to_owned(), Open::Builder(b)));
+            self.open = Some((prefix.to_owned(), Open::Builder(b), Part::Message));
         } else if READY.iter().any(|r| msg.starts_with(r)) {
             out.push(LogEvent::ServerStart { at_ms });
         }
@@ -322,26 +347,25 @@ impl StderrParser {
 
     /// The message still open at the end of the input.
     pub fn finish(&mut self) -> Option<LogEvent> {
-        self.open.take().and_then(|(_, o)| close(o, None))
+        self.open.take().and_then(|(_, o, _)| close(o))
     }
 }
 
 /// The event of a message read to its end.
-fn close(open: Open, statement: Option<&str>) -> Option<LogEvent> {
+fn close(open: Open) -> Option<LogEvent> {
     match open {
-        Open::Start(at_ms, pid, slot, Some((after, restart))) => Some(LogEvent::DecoderStart {
-            at_ms,
-            pid,
-            slot,
-            after,
-            restart,
-            kind: DecoderKind::from_statement(statement),
-        }),
-        Open::Start(_, _, _, None) => None,
-        Open::Builder(mut b) => {
-            b.statement = statement.map(str::to_owned);
-            Some(LogEvent::Builder(b))
+        Open::Start(at_ms, pid, slot, detail, statement) => {
+            let (after, restart) = parse_start_detail(detail.as_deref()?)?;
+            Some(LogEvent::DecoderStart {
+                at_ms,
+                pid,
+                slot,
+                after,
+                restart,
+                kind: DecoderKind::from_statement(statement.as_deref()),
+            })
         }
+        Open::Builder(b) => Some(LogEvent::Builder(b)),
     }
 }
 
@@ -847,7 +871,8 @@ mod tests {
         let log = r#"2026-12-01 13:00:00.000 UTC [1] LOG:  database system is ready to accept connections
 2026-12-01 13:00:01.000 UTC [10] LOG:  logical decoding found initial starting point at 0/100
 2026-12-01 13:00:01.000 UTC [10] DETAIL:  Waiting for transactions (approximately 1) older than 700 to end.
-2026-12-01 13:00:01.000 UTC [10] STATEMENT:  SELECT pg_create_logical_replication_slot('s', 'test_decoding')
+2026-12-01 13:00:01.000 UTC [10] STATEMENT:  SELECT lsn
+	FROM pg_create_logical_replication_slot('s', 'test_decoding')
 2026-12-01 13:00:02.000 UTC [10] LOG:  logical decoding found consistent point at 0/200
 2026-12-01 13:00:02.000 UTC [10] DETAIL:  There are no old transactions anymore.
 2026-12-01 13:00:02.000 UTC [10] STATEMENT:  SELECT pg_create_logical_replication_slot('s', 'test_decoding')

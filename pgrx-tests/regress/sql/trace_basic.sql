@@ -24,6 +24,18 @@ WHERE t.record = 'REPLAY START' AND s.slot_name = 'snapbuild_regress_basic';
 -- no row of the replay disagrees with the server
 SELECT count(*) FILTER (WHERE agrees = false) AS disagreeing
 FROM snapbuild_trace('snapbuild_regress_basic');
+-- the consistent row (at the replay's start, so not judged by confirmed_flush) agrees from the
+-- creating backend's own LOG line; with pg_snapbuild.server_log_max_mb = 0 the log is not read
+SELECT agrees, server_source LIKE 'server log: pid % at %' AS from_log
+FROM snapbuild_trace('snapbuild_regress_basic')
+WHERE branch = 'a' AND state_before IS DISTINCT FROM 'consistent';
+SET pg_snapbuild.server_log_max_mb = 0;
+SHOW pg_snapbuild.server_log_max_mb;
+SELECT agrees, server_source
+FROM snapbuild_trace('snapbuild_regress_basic')
+WHERE branch = 'a' AND state_before IS DISTINCT FROM 'consistent';
+RESET pg_snapbuild.server_log_max_mb;
+SHOW pg_snapbuild.server_log_max_mb;
 -- snapbuild_slots() beside pg_replication_slots
 SELECT o.in_creation, o.slot_type, o.plugin,
        o.restart_lsn = p.restart_lsn AS restart_lsn,
