@@ -108,7 +108,7 @@ fn files_to_read(current: &std::path::Path, collector: bool, limit: u64) -> Vec<
             }
         }
     }
-    files.sort_by(|a, b| b.0.cmp(&a.0)); // newest first
+    files.sort_by_key(|f| std::cmp::Reverse(f.0)); // newest first
     let mut left = limit;
     let mut out = Vec::new();
     for (_, p, len) in files {
@@ -155,7 +155,7 @@ pub fn events(mut check: impl FnMut()) -> Result<(PathBuf, Vec<LogEvent>), Strin
                 continue; // the partial line where reading began
             }
             n += 1;
-            if n % 4096 == 0 {
+            if n.is_multiple_of(4096) {
                 check();
             }
             let line = String::from_utf8_lossy(&buf);
