@@ -129,6 +129,7 @@ impl OtherWriters {
             row.detail.as_deref(),
             self.main_start,
             self.first_message_lsn.flatten(),
+            self.template.in_slot_creation,
         ))
     }
 

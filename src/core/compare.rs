@@ -423,11 +423,38 @@ fn with_log_lines(row: &TraceRow, mut v: Verdict, lines: &LogLines) -> Verdict {
         )
     };
     let same: Vec<_> = lines.iter().filter(|m| m.same_start).collect();
+    // A restore on one side only means the .snap files differ from when that decoder ran
+    // (a file written later): not the replay's error.
+    let saved = |d: Option<&str>| d.is_some_and(|d| d.contains("saved snapshot"));
+    let restore_differs = |m: &&crate::server_log::LogLineMatch| {
+        saved(m.line.detail.as_deref()) != saved(row.detail.as_deref())
+    };
+    let refuting: Vec<_> = same
+        .iter()
+        .filter(|m| !m.equal && m.may_refute && !restore_differs(m))
+        .copied()
+        .collect();
     let verdict = if same.iter().any(|m| m.equal) {
         Some(true)
-    } else if !same.is_empty() {
+    } else if !refuting.is_empty() {
         Some(false)
     } else {
+        if let Some(m) = same.first() {
+            let why = if restore_differs(m) {
+                "the .snap files differ from when it ran"
+            } else {
+                "it was creating the slot; the replay runs as restarted decoding"
+            };
+            let text = format!(
+                "undecided: the server's decoder that started where the replay does logged \"{}\" here ({}), not judged: {why}",
+                m.line.message,
+                who(m)
+            );
+            v.disagreement = Some(match v.disagreement.take() {
+                Some(d) => format!("{d}; {text}"),
+                None => text,
+            });
+        }
         None
     };
     // Lines of decoders that started elsewhere: named (at most 3), never judged.
@@ -452,13 +479,17 @@ fn with_log_lines(row: &TraceRow, mut v: Verdict, lines: &LogLines) -> Verdict {
         return v;
     };
     let mut sources: Vec<String> = v.server_source.take().into_iter().collect();
-    sources.extend(same.iter().filter(|m| m.equal == ok).map(|m| who(m)));
+    sources.extend(
+        same.iter()
+            .filter(|m| if ok { m.equal } else { refuting.contains(m) })
+            .map(|m| who(m)),
+    );
     sources.extend(others_text);
     v.server_source = Some(sources.join("; "));
     if v.server_state.is_none() {
         v.server_state = same
             .iter()
-            .find(|m| m.equal == ok)
+            .find(|m| if ok { m.equal } else { refuting.contains(m) })
             .and_then(|m| state_of_message(&m.line.message))
             .map(str::to_owned);
     }
@@ -472,7 +503,7 @@ fn with_log_lines(row: &TraceRow, mut v: Verdict, lines: &LogLines) -> Verdict {
         v.disagreement = None;
     }
     if !ok {
-        let m = same[0];
+        let m = refuting[0];
         let text = format!(
             "the server's decoder that started as the replay did logged \"{}\"{} here ({}), the replay \"{}\"{}",
             m.line.message,
@@ -933,6 +964,7 @@ mod tests {
             },
             same_start,
             equal,
+            may_refute: same_start,
         };
         let mut f = facts(FileFact::Absent);
         f.log_lines = LogLines::Lines(vec![line(
@@ -966,6 +998,25 @@ mod tests {
             v.server_source.as_deref(),
             Some("decoders that started elsewhere: server log: pid 42 at 2026-12-01 13:18:30.089 UTC (\"logical decoding found initial starting point at 0/64\")")
         );
+        // A creating decoder's different line confirms nothing and refutes nothing.
+        let mut creation = line(
+            "logical decoding found initial starting point at 0/64",
+            true,
+            false,
+        );
+        creation.may_refute = false;
+        f.log_lines = LogLines::Lines(vec![creation.clone()]);
+        let v = judge_row(&row, &f);
+        assert_eq!(v.agrees, None);
+        assert!(v.disagreement.unwrap().contains("it was creating the slot"));
+        // A restore on one side only: the .snap files changed since that decoder ran.
+        let mut restored = row.clone();
+        restored.detail = Some("Logical decoding will begin using saved snapshot.".into());
+        creation.may_refute = true;
+        f.log_lines = LogLines::Lines(vec![creation]);
+        let v = judge_row(&restored, &f);
+        assert_eq!(v.agrees, None);
+        assert!(v.disagreement.unwrap().contains("the .snap files differ"));
         f.log_lines = LogLines::Unreadable("no log".into());
         assert_eq!(judge_row(&row, &f), Verdict::default());
     }

@@ -661,17 +661,23 @@ pub struct LogLineMatch {
     pub line: BuilderLine,
     pub same_start: bool,
     pub equal: bool,
+    /// Whether a different line from this decoder shows the replay wrong: a decoder
+    /// restarted where the replay starts ran as the replay does; a creating one ran in
+    /// creation mode, which a replay of a created slot does not (it may restore a `.snap`
+    /// file the creation could not), so its line can confirm the replay, not refute it.
+    pub may_refute: bool,
 }
 
 /// The lines of `decoders` naming the record of `message` (the replay's LOG message, with
 /// `detail`), for a replay starting at `start` whose first builder message names
-/// `first_message_lsn`.
+/// `first_message_lsn`, in creation mode or not (`replay_in_creation`).
 pub fn lines_for(
     decoders: &[LoggedDecoder],
     message: &str,
     detail: Option<&str>,
     start: Lsn,
     first_message_lsn: Option<Lsn>,
+    replay_in_creation: bool,
 ) -> Vec<LogLineMatch> {
     let Some(lsn) = message_lsn(message) else {
         return Vec::new();
@@ -679,12 +685,19 @@ pub fn lines_for(
     let mut out = Vec::new();
     for d in decoders {
         let same_start = d.same_start_as(start, first_message_lsn);
+        let may_refute = same_start
+            && match d.origin {
+                Origin::Restart { .. } => true,
+                Origin::Creation => replay_in_creation,
+                Origin::Unknown => false,
+            };
         for l in &d.lines {
             if l.lsn() == Some(lsn) {
                 out.push(LogLineMatch {
                     equal: l.message == message && l.detail.as_deref() == detail,
                     line: l.clone(),
                     same_start,
+                    may_refute,
                 });
             }
         }
@@ -916,18 +929,23 @@ mod tests {
             Some("Waiting for transactions (approximately 1) older than 700 to end."),
             Lsn(0x100),
             Some(Lsn(0x100)),
+            false,
         );
         assert_eq!(m.len(), 2);
         assert!(m.iter().all(|x| x.same_start && x.equal));
+        // the creation's line confirms a restarted replay but cannot refute it
+        assert_eq!(m.iter().filter(|x| x.may_refute).count(), 1);
         let m = lines_for(
             &ds,
             "logical decoding found consistent point at 0/200",
             Some("There are no running transactions."),
             Lsn(0x100),
             Some(Lsn(0x100)),
+            false,
         );
         assert_eq!(m.len(), 1);
         assert!(m[0].same_start && !m[0].equal);
-        assert!(lines_for(&ds, "no lsn here", None, Lsn(0), None).is_empty());
+        assert!(!m[0].may_refute);
+        assert!(lines_for(&ds, "no lsn here", None, Lsn(0), None, false).is_empty());
     }
 }
