@@ -121,7 +121,9 @@ sql "INSERT INTO demo_t VALUES (2, 'after the snapshot')"   # its commit flushes
 release E 5
 psql -X -q -v ON_ERROR_STOP=1 -c "SELECT lsn, xid, data FROM pg_logical_slot_get_changes('demo_slot', NULL, NULL)"
 
-show "pg_snapbuild: the trace again; restart_lsn moved to the .snap, and E was running there: branch b restores it" \
+say "a peek: the server's decoder restarts at the new restart_lsn and restores the .snap (its LOG line says so)"
+sql "SELECT count(*) FROM pg_logical_slot_peek_changes('demo_slot', NULL, NULL)" >/dev/null
+show "pg_snapbuild: the trace again; restart_lsn moved to the .snap, and E was running there: branch b restores it, as the peek's decoder did" \
     "SELECT * FROM snapbuild_trace('demo_slot')"
 show "pg_snapbuild: .snap files in pg_logical/snapshots" \
     "SELECT * FROM snapbuild_snapshot_files()"
