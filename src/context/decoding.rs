@@ -96,6 +96,7 @@ impl DecodingContext {
         wal::check_available(input.start);
         let mut replay = Replay::new(&input.params, input.slot_db);
         replay.two_phase = input.two_phase.clone();
+        replay.fast_forward = input.fast_forward;
         let opened = unsafe {
             pgrx::PgMemoryContexts::For(mcx).switch_to(|_| WalReader::try_open(input.start))
         };

@@ -24,6 +24,8 @@ pub struct ReplayInput {
     pub two_phase: TwoPhaseDecoding,
     /// One row per record read, not only the rows the default trace shows.
     pub all_records: bool,
+    /// Decode as `pg_replication_slot_advance` does (logical.c `fast_forward`).
+    pub fast_forward: bool,
     /// Text of the first (`REPLAY START`) row.
     pub label: String,
 }
@@ -92,6 +94,7 @@ pub fn for_slot_copy(slot: SlotCopy, all_records: bool) -> ReplayInput {
         two_phase: TwoPhaseDecoding::for_slot(slot.two_phase, &slot.plugin),
         slot: Some(slot),
         all_records,
+        fast_forward: false,
         label,
     }
 }
@@ -180,5 +183,6 @@ pub fn for_range(a: RangeArgs) -> ReplayInput {
             filter_gid_containing: None,
         },
         all_records: a.all_records,
+        fast_forward: false,
     }
 }

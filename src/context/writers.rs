@@ -63,8 +63,8 @@ pub struct OtherWriters {
     /// The server log's decoder events, read once per trace when first needed.
     log: Option<Result<Vec<LogEvent>, String>>,
     /// Replays of decoders the log names, by (restart point, start_decoding_at,
-    /// two_phase_at); `None` where one could not be started.
-    logged: Vec<((Lsn, Lsn, Lsn), Option<Shadow>)>,
+    /// two_phase_at, fast_forward); `None` where one could not be started.
+    logged: Vec<((Lsn, Lsn, Lsn, bool), Option<Shadow>)>,
     /// The log's decoders with their builder lines (from `log`, once).
     decoders: Option<Vec<LoggedDecoder>>,
     /// The LSN the replay's first builder message names (once one was seen).
@@ -159,8 +159,8 @@ impl OtherWriters {
         };
         let two_phase_at = server.builder.two_phase_at;
         let mut out = Vec::new();
-        for (restart, slot, pid) in found {
-            let key = (restart, after, two_phase_at);
+        for (restart, slot, pid, fast_forward) in found {
+            let key = (restart, after, two_phase_at, fast_forward);
             let idx = match self.logged.iter().position(|(k, _)| *k == key) {
                 Some(i) => i,
                 None => {
@@ -169,7 +169,7 @@ impl OtherWriters {
                             "the server log names more than {MAX_LOGGED_WRITERS} possible writers in this trace"
                         ));
                     }
-                    let shadow = self.open_at(restart, after, two_phase_at);
+                    let shadow = self.open_at(restart, after, two_phase_at, fast_forward);
                     self.logged.push((key, shadow));
                     self.logged.len() - 1
                 }
@@ -179,6 +179,7 @@ impl OtherWriters {
                 restart,
                 slot,
                 pid,
+                fast_forward,
                 file,
             });
         }
@@ -186,8 +187,14 @@ impl OtherWriters {
     }
 
     /// A replay as a decoder restarted at `start` with the given start_decoding_at and
-    /// two_phase_at would run (`None` if its WAL is gone).
-    fn open_at(&self, start: Lsn, start_decoding_at: Lsn, two_phase_at: Lsn) -> Option<Shadow> {
+    /// two_phase_at would run, in fast-forward mode or not (`None` if its WAL is gone).
+    fn open_at(
+        &self,
+        start: Lsn,
+        start_decoding_at: Lsn,
+        two_phase_at: Lsn,
+        fast_forward: bool,
+    ) -> Option<Shadow> {
         let params = BuilderParams {
             initial_xmin_horizon: 0,
             start_decoding_at,
@@ -204,6 +211,7 @@ impl OtherWriters {
             slot: None,
             two_phase: self.two_phase.clone(),
             all_records: false,
+            fast_forward,
             label: format!("the decoder the server log shows restarted at {start}"),
         };
         DecodingContext::try_start_tolerant(input, self.mcx).map(|ctx| Shadow {
@@ -286,6 +294,7 @@ impl OtherWriters {
             slot: None,
             two_phase: self.two_phase.clone(),
             all_records: false,
+            fast_forward: false,
             label: format!("a decoder restarted at {start}"),
         };
         match DecodingContext::try_start_tolerant(input, self.mcx) {

@@ -260,6 +260,8 @@ pub struct LoggedWriter {
     pub restart: Lsn,
     pub slot: String,
     pub pid: Option<i32>,
+    /// It was `pg_replication_slot_advance` (fast-forward decoding).
+    pub fast_forward: bool,
     pub file: Option<SnapBuildOnDisk>,
 }
 
@@ -902,6 +904,7 @@ mod tests {
             restart: Lsn(restart),
             slot: "s".into(),
             pid: Some(7),
+            fast_forward: false,
             file: file.cloned(),
         };
         let with = |ws: Vec<LoggedWriter>| {

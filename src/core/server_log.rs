@@ -76,9 +76,12 @@ fn creates_slot(statement: &str) -> bool {
 /// How a decoder's start_decoding_at relates to the `after` its log line prints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DecoderKind {
-    /// A SQL function (peek, get, advance): it asks for no position, so start_decoding_at
-    /// is `after`.
+    /// A SQL function (peek, get): it asks for no position, so start_decoding_at is
+    /// `after`.
     Sql,
+    /// `pg_replication_slot_advance`: as [`DecoderKind::Sql`], decoding in fast-forward
+    /// mode.
+    Advance,
     /// A walsender's `START_REPLICATION SLOT … LOGICAL X`: start_decoding_at is the later of
     /// `after` and X.
     Walsender(Lsn),
@@ -90,7 +93,7 @@ impl DecoderKind {
     /// Whether a decoder that logged `after` can have `start_decoding_at`.
     pub fn can_start_at(self, after: Lsn, start_decoding_at: Lsn) -> bool {
         match self {
-            DecoderKind::Sql => start_decoding_at == after,
+            DecoderKind::Sql | DecoderKind::Advance => start_decoding_at == after,
             DecoderKind::Walsender(x) => start_decoding_at == after.max(x),
             DecoderKind::Unknown => start_decoding_at >= after,
         }
@@ -103,7 +106,11 @@ impl DecoderKind {
         };
         let st = st.trim_start();
         if !st.starts_with("START_REPLICATION") {
-            return DecoderKind::Sql;
+            return if st.contains("pg_replication_slot_advance") {
+                DecoderKind::Advance
+            } else {
+                DecoderKind::Sql
+            };
         }
         st.find(" LOGICAL ")
             .and_then(|i| leading_lsn(&st[i + 9..]))
@@ -484,8 +491,9 @@ fn csv_fields(record: &str) -> Vec<String> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Writers {
     /// Every decoder the log shows running when the file was written, reading from at
-    /// or before its LSN with the file's start_decoding_at: `(restart, slot, pid)`.
-    Known(Vec<(Lsn, String, Option<i32>)>),
+    /// or before its LSN with the file's start_decoding_at: `(restart, slot, pid,
+    /// fast_forward)`.
+    Known(Vec<(Lsn, String, Option<i32>, bool)>),
     /// The log cannot tell: why.
     Unknown(String),
 }
@@ -515,7 +523,7 @@ pub fn writers_of(events: &[LogEvent], lsn: Lsn, after: Lsn, mtime_ms: i64) -> W
             "the server log read holds no server start before the file was written".into(),
         );
     };
-    let mut found: Vec<(Lsn, String, Option<i32>)> = Vec::new();
+    let mut found: Vec<(Lsn, String, Option<i32>, bool)> = Vec::new();
     for e in events {
         if let LogEvent::DecoderStart {
             at_ms,
@@ -532,9 +540,9 @@ pub fn writers_of(events: &[LogEvent], lsn: Lsn, after: Lsn, mtime_ms: i64) -> W
                 && *restart <= lsn
                 && !found
                     .iter()
-                    .any(|(r, s, p)| r == restart && s == slot && p == pid)
+                    .any(|(r, s, p, _)| r == restart && s == slot && p == pid)
             {
-                found.push((*restart, slot.clone(), *pid));
+                found.push((*restart, slot.clone(), *pid, *kind == DecoderKind::Advance));
             }
         }
     }
@@ -792,6 +800,10 @@ mod tests {
         assert!(DecoderKind::Unknown.can_start_at(Lsn(2), Lsn(9)));
         assert!(!DecoderKind::Unknown.can_start_at(Lsn(2), Lsn(1)));
         assert!(!DecoderKind::Sql.can_start_at(Lsn(2), Lsn(9)));
+        assert_eq!(
+            DecoderKind::from_statement(Some("SELECT * FROM pg_replication_slot_advance($1, $2)")),
+            DecoderKind::Advance
+        );
     }
 
     #[test]
@@ -867,7 +879,7 @@ mod tests {
         // A file before 70 was not read by the decoder restarted at 70.
         assert_eq!(
             writers_of(&events, Lsn(65), Lsn(100), 45),
-            Writers::Known(vec![(Lsn(60), "s".into(), Some(1))])
+            Writers::Known(vec![(Lsn(60), "s".into(), Some(1), false)])
         );
         assert!(matches!(
             writers_of(&events[3..], Lsn(75), Lsn(100), 45),

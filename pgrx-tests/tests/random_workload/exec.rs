@@ -19,6 +19,9 @@ pub struct Prediction {
     pub upto: String,
     /// By `pg_replication_slot_advance` (else `pg_logical_slot_get_changes`).
     pub advance: bool,
+    /// Whether the catalog_xmin fields are predicted (not for an advance on 14-16, where
+    /// `snapbuild_slot_prediction` leaves them NULL).
+    pub xmin_predicted: bool,
     /// (field, predicted, server) or the error of `snapbuild_slot_prediction`.
     pub fields: Result<Vec<FieldPair>, String>,
 }
@@ -349,10 +352,12 @@ impl<'e> Exec<'e> {
                 .map(|k| (PRED_FIELDS[k], p.get(k), actual.get(k)))
                 .collect()
         });
+        let xmin_predicted = !advance || self.env.major >= 17;
         self.out.predictions.push(Prediction {
             slot,
             upto,
             advance,
+            xmin_predicted,
             fields,
         });
         Ok(())

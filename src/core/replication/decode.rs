@@ -294,6 +294,13 @@ pub struct Replay {
     pub slot_db: u32,
     /// Two-phase decoding (off unless set after [`Replay::new`]).
     pub two_phase: TwoPhaseDecoding,
+    /// logical.c's `fast_forward` (`pg_replication_slot_advance`): NEW_CID records are not
+    /// processed and, up to 16, changes give no base snapshot
+    /// ([`PgVersion::fast_forward_builds_base_snapshots`]). Off unless set after
+    /// [`Replay::new`].
+    ///
+    /// [`PgVersion::fast_forward_builds_base_snapshots`]: crate::include::version::PgVersion::fast_forward_builds_base_snapshots
+    pub fast_forward: bool,
     /// The last RUNNING_XACTS record fed, as (start LSN, end LSN, record): what a
     /// diagnosis reads the waited-for and oldest running xids from.
     pub last_running_xacts: Option<(Lsn, Lsn, RunningXacts)>,
@@ -330,8 +337,15 @@ impl Replay {
             builder: SnapBuild::new(p),
             slot_db,
             two_phase: TwoPhaseDecoding::default(),
+            fast_forward: false,
             last_running_xacts: None,
         }
+    }
+
+    /// Whether a change (heap, heap2, transactional message) reaches
+    /// SnapBuildProcessChange: always, except in fast-forward mode up to 16.
+    fn change_gives_base_snapshot(&self) -> bool {
+        !self.fast_forward || self.builder.version.fast_forward_builds_base_snapshots()
     }
 
     /// A row describing the builder as it stands, at `lsn` (for the first trace row).
@@ -542,6 +556,10 @@ impl Replay {
                 }
                 self.row(head, before, None)
             }
+            (RecordKind::NewCid, Payload::NewCid(_)) if self.fast_forward => {
+                // heap2_decode skips NEW_CID in fast-forward mode
+                self.row(head, before, None)
+            }
             (RecordKind::NewCid, Payload::NewCid(rec)) => {
                 self.builder.process_new_cid(head.xid, head.lsn, rec);
                 self.row(head, before, None)
@@ -551,7 +569,9 @@ impl Replay {
                 self.row(head, before, None)
             }
             (RecordKind::Change, _) => {
-                self.builder.process_change(head.xid, head.lsn);
+                if self.change_gives_base_snapshot() {
+                    self.builder.process_change(head.xid, head.lsn);
+                }
                 self.row(head, before, None)
             }
             // decode.c logicalmsg_decode: the xid is known (above); before FULL_SNAPSHOT,
@@ -564,7 +584,7 @@ impl Replay {
                     db_id,
                 },
             ) => {
-                if *db_id == self.slot_db {
+                if *db_id == self.slot_db && self.change_gives_base_snapshot() {
                     self.builder.process_change(head.xid, head.lsn);
                 }
                 self.row(head, before, None)
@@ -1035,6 +1055,30 @@ mod tests {
         h.rmid = crate::include::rmgrlist::RM_LOGICALMSG_ID;
         r.feed(&h, &msg(5), &mut none).unwrap();
         assert!(r.builder.reorder.has_base_snapshot(961));
+    }
+
+    /// A fast-forward decoder (pg_replication_slot_advance): up to 16 a change gives its
+    /// transaction no base snapshot, from 17 it does; NEW_CID is skipped on every major.
+    #[test]
+    fn fast_forward_base_snapshots_by_major() {
+        let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
+        for (major, base) in [(16, false), (17, true), (18, true)] {
+            let mut r = restarted(major, &[899]);
+            r.fast_forward = true;
+            let mut h = head(0x600, RecordKind::Change, 960);
+            h.rmid = crate::include::rmgrlist::RM_HEAP_ID;
+            r.feed(&h, &Payload::None, &mut none).unwrap();
+            assert!(r.builder.reorder.knows(960), "PG {major}");
+            assert_eq!(r.builder.reorder.has_base_snapshot(960), base, "PG {major}");
+            let msg = Payload::Message {
+                transactional: true,
+                db_id: 5,
+            };
+            let mut h = head(0x700, RecordKind::LogicalMessage, 961);
+            h.rmid = crate::include::rmgrlist::RM_LOGICALMSG_ID;
+            r.feed(&h, &msg, &mut none).unwrap();
+            assert_eq!(r.builder.reorder.has_base_snapshot(961), base, "PG {major}");
+        }
     }
 
     /// decode.c's two-phase paths (DecodePrepare, FilterPrepare, ReorderBufferFinishPrepared)
