@@ -872,8 +872,8 @@ mod tests {
         assert_eq!(
             writers_of(&events, Lsn(75), Lsn(100), 45),
             Writers::Known(vec![
-                (Lsn(60), "s".into(), Some(1)),
-                (Lsn(70), "s".into(), Some(1))
+                (Lsn(60), "s".into(), Some(1), false),
+                (Lsn(70), "s".into(), Some(1), false)
             ])
         );
         // A file before 70 was not read by the decoder restarted at 70.
