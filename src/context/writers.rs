@@ -212,7 +212,7 @@ impl OtherWriters {
             two_phase: self.two_phase.clone(),
             all_records: false,
             fast_forward,
-            label: format!("the decoder the server log shows restarted at {start}"),
+            label: format!("a decoder restarted at {start}"),
         };
         DecodingContext::try_start_tolerant(input, self.mcx).map(|ctx| Shadow {
             start,
@@ -278,31 +278,9 @@ impl OtherWriters {
                 )
             })?;
         self.considered.push(start);
-        let params = BuilderParams {
-            initial_xmin_horizon: 0,
-            start_decoding_at: server.builder.start_decoding_at,
-            building_full_snapshot: false,
-            in_slot_creation: false,
-            two_phase_at: server.builder.two_phase_at,
-            ..self.template.clone()
-        };
-        let input = ReplayInput {
-            params,
-            slot_db: self.slot_db,
-            start,
-            end: None,
-            slot: None,
-            two_phase: self.two_phase.clone(),
-            all_records: false,
-            fast_forward: false,
-            label: format!("a decoder restarted at {start}"),
-        };
-        match DecodingContext::try_start_tolerant(input, self.mcx) {
-            Some(ctx) => Some(Shadow {
-                start,
-                ctx,
-                last: None,
-            }),
+        let b = &server.builder;
+        match self.open_at(start, b.start_decoding_at, b.two_phase_at, false) {
+            Some(shadow) => Some(shadow),
             // Its WAL is gone: try the next one.
             None => self.open_next(before, server),
         }
