@@ -54,7 +54,8 @@ CREATE FUNCTION "snapbuild_diagnose"(
 	"lsn" pg_lsn,
 	"bytes" bigint,
 	"since" timestamp with time zone,
-	"remedy" TEXT
+	"remedy" TEXT,
+	"forecast_catalog_xmin" xid
 )
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'snapbuild_diagnose_wrapper';
@@ -72,7 +73,9 @@ CREATE FUNCTION "snapbuild_slot_health"() RETURNS TABLE (
 	"catalog_xmin_age" INT,
 	"last_running_xacts" pg_lsn,
 	"wal_since_running_xacts_bytes" bigint,
-	"replayed_bytes" bigint
+	"replayed_bytes" bigint,
+	"running_xacts_age_s" double precision,
+	"releasable_bytes" bigint
 )
 STRICT
 LANGUAGE c

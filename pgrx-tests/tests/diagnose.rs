@@ -14,6 +14,22 @@
 //!   from psql with `replication=database`, as CDC tools do): the walsender's slot
 //!   names the blocker; committing it ends psql successfully.
 //!
+//! - d5–d7: a created slot held by an open transaction, the health view, an
+//!   invalidated slot.
+//! - d8: the forecast. x and then y hold a created slot; the diagnosis forecasts where
+//!   restart_lsn and catalog_xmin go when x ends; x commits, a RUNNING_XACTS is logged,
+//!   the consumer decodes past it and confirms, and pg_replication_slots must show
+//!   exactly those values (restart_lsn's move = the
+//!   forecast bytes). Then y alone: the forecast says "the RUNNING_XACTS logged after
+//!   it", and the server's restart_lsn becomes the first RUNNING_XACTS in the WAL after
+//!   y's commit.
+//! - d9: the catalog horizon: with nothing older, the slot's catalog_xmin is the
+//!   cluster's oldest, and `VACUUM (VERBOSE) pg_class` reports that xid as its removable
+//!   cutoff; a REPEATABLE READ session whose snapshot predates the slot holds an older
+//!   one: the diagnosis names that pid and xmin, and VACUUM's cutoff is that xmin.
+//! - d10: the health view's `running_xacts_age_s` after a RUNNING_XACTS and a pause
+//!   with no WAL written: at least the pause.
+//!
 //! The truths come from the server: pids from `pg_backend_pid()` of the sessions opened
 //! here, xids from `pg_current_xact_id()`, gids from the PREPARE, the creator's lock wait
 //! in `pg_locks`, and the creation returning.
@@ -689,4 +705,264 @@ fn d7_invalidated_slot_is_the_only_finding() {
         .get(0);
     assert_eq!(state.as_deref(), Some("invalidated"));
     println!("pgsnap-counts: d7 invalidated ({reason}): {finding}");
+}
+
+/// The `forecast` row of `snapbuild_diagnose` for `xid`: (lsn, bytes, forecast
+/// catalog_xmin, finding).
+fn forecast_row(
+    c: &mut Client,
+    slot: &str,
+    xid: u64,
+) -> (Option<u64>, Option<i64>, Option<u64>, String) {
+    let rows = c
+        .query(
+            "SELECT lsn::text, bytes, forecast_catalog_xmin::text, finding
+               FROM snapbuild_diagnose($1) WHERE kind = 'forecast' AND xid::text = $2",
+            &[&slot, &xid.to_string()],
+        )
+        .unwrap();
+    assert_eq!(rows.len(), 1, "one forecast row for xid {xid}: {rows:?}");
+    let r = &rows[0];
+    let out = (
+        r.get::<_, Option<String>>(0).map(|l| parse_lsn(&l)),
+        r.get(1),
+        r.get::<_, Option<String>>(2).map(|x| x.parse().unwrap()),
+        r.get::<_, String>(3),
+    );
+    println!("pgsnap-forecast: {slot}: xid {xid}: {}", out.3);
+    out
+}
+
+#[test]
+fn d8_forecast_matches_the_slot_after_the_holder_ends() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let slot = "pgsnap_diag_d8";
+    let _guard = SlotGuard::new(&env, slot);
+    c.batch_execute("CREATE TABLE IF NOT EXISTS pgsnap_diag_held (i int)")
+        .unwrap();
+    create_slot(&env, slot);
+    advance(&env, &mut c, slot);
+    // x writes first; after a serialized RUNNING_XACTS y writes too: y's restart point is
+    // later than x's.
+    let mut x = OpenXact::begin(&env, "pgsnap-diag-forecast-x");
+    x.exec("INSERT INTO pgsnap_diag_held VALUES (1)");
+    advance(&env, &mut c, slot);
+    let mut y = OpenXact::begin(&env, "pgsnap-diag-forecast-y");
+    y.exec("INSERT INTO pgsnap_diag_held VALUES (2)");
+    advance(&env, &mut c, slot);
+    let (cx, rl) = slot_horizons(&mut c, slot);
+    let d = diagnose(&mut c, slot);
+    assert_eq!(
+        of_kind(&d, "restart_lsn held")[0].xid,
+        Some(x.xid),
+        "{d:#?}"
+    );
+    let (f_lsn, f_bytes, f_cat, f_text) = forecast_row(&mut c, slot, x.xid);
+    let f_lsn = f_lsn.unwrap_or_else(|| panic!("a known restart_lsn target: {f_text}"));
+    assert!(f_lsn > rl, "{f_text}");
+
+    // x ends; the consumer confirms past the RUNNING_XACTS records logged after it.
+    let x_xid = x.xid;
+    x.commit();
+    // One decoding session (as a walsender consumer keeps running): the forecast's
+    // scope. A decoder restarted at the new restart_lsn takes base snapshots from the
+    // .snap file there, which can move catalog_xmin on (the forecast says so).
+    env.log_standby_snapshot_flushed(&mut c, "pgsnap_diag_held", "0");
+    consume_changes(&mut c, slot);
+    let (cx2, rl2) = slot_horizons(&mut c, slot);
+    assert_eq!(
+        fmt_lsn(rl2),
+        fmt_lsn(f_lsn),
+        "restart_lsn after x ended vs the forecast ({f_text})"
+    );
+    assert_eq!(
+        f_bytes,
+        Some((rl2 - rl) as i64),
+        "bytes vs restart_lsn's move"
+    );
+    assert_eq!(
+        Some(cx2),
+        f_cat,
+        "catalog_xmin after x ended (was {cx}) vs the forecast ({f_text})"
+    );
+
+    // y alone: the target is the RUNNING_XACTS logged after it ends.
+    let (f_lsn, f_bytes, f_cat, f_text) = forecast_row(&mut c, slot, y.xid);
+    assert_eq!((f_lsn, f_bytes, f_cat), (None, None, None), "{f_text}");
+    assert!(f_text.contains("to that RUNNING_XACTS record"), "{f_text}");
+    let next_xid = c
+        .query_one(
+            "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::int8",
+            &[],
+        )
+        .unwrap()
+        .get::<_, i64>(0) as u64;
+    let y_xid = y.xid;
+    let ended_at = {
+        let l = y.insert_lsn();
+        y.commit();
+        l
+    };
+    env.log_standby_snapshot_flushed(&mut c, "pgsnap_diag_held", "3");
+    consume_changes(&mut c, slot);
+    let (cx3, rl3) = slot_horizons(&mut c, slot);
+    let to = flush_lsn(&mut c);
+    let after = wal_running_xacts(&mut c, ended_at, to);
+    let first = after
+        .first()
+        .expect("a RUNNING_XACTS after y's commit in the WAL");
+    assert_eq!(
+        fmt_lsn(rl3),
+        fmt_lsn(first.start),
+        "restart_lsn after y ended vs the first RUNNING_XACTS after it ({f_text})"
+    );
+    assert_eq!(
+        cx3, first.oldest_running_xid,
+        "catalog_xmin after y ended vs that record's oldestRunningXid"
+    );
+    assert!(
+        cx3 >= next_xid,
+        "catalog_xmin {cx3} is at least the next xid {next_xid} then"
+    );
+    println!(
+        "pgsnap-counts: d8 forecast for x {x_xid}: restart_lsn {} -> {} (= forecast), catalog_xmin {cx} -> {cx2} (= forecast); for y {y_xid}: restart_lsn -> {} (the first RUNNING_XACTS after its commit)",
+        fmt_lsn(rl),
+        fmt_lsn(rl2),
+        fmt_lsn(rl3)
+    );
+}
+
+/// `VACUUM (VERBOSE) pg_catalog.pg_class` in a new session: the removable cutoff it
+/// reports (15+: `removable cutoff: N`; 14: `oldest xmin: N`).
+fn vacuum_cutoff(env: &Env) -> u64 {
+    let notices = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let sink = notices.clone();
+    let mut cfg = postgres::Config::new();
+    cfg.host(&env.host)
+        .port(env.port)
+        .user(&env.user)
+        .dbname(&env.dbname)
+        .application_name("pgsnap-diag-vacuum")
+        .notice_callback(move |n| sink.lock().unwrap().push(n.message().to_string()));
+    let mut v = cfg.connect(postgres::NoTls).unwrap();
+    v.batch_execute("VACUUM (VERBOSE) pg_catalog.pg_class")
+        .unwrap();
+    let re = regex::Regex::new(r"(?:removable cutoff|oldest xmin): (\d+)").unwrap();
+    let all = notices.lock().unwrap().join("\n");
+    let m = re
+        .captures(&all)
+        .unwrap_or_else(|| panic!("no cutoff in VACUUM VERBOSE's output: {all}"));
+    m[1].parse().unwrap()
+}
+
+/// The `catalog horizon` row: (xid, finding).
+fn horizon_row(c: &mut Client, slot: &str) -> (u64, String) {
+    let r = c
+        .query_one(
+            "SELECT xid::text, finding FROM snapbuild_diagnose($1) WHERE kind = 'catalog horizon'",
+            &[&slot],
+        )
+        .unwrap();
+    let out = (r.get::<_, String>(0).parse().unwrap(), r.get(1));
+    println!("pgsnap-horizon: {slot}: {}", out.1);
+    out
+}
+
+#[test]
+fn d9_catalog_horizon_is_vacuums_cutoff() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let slot = "pgsnap_diag_d9";
+    let _guard = SlotGuard::new(&env, slot);
+    // A snapshot taken before the slot exists, with xids assigned after it.
+    let mut old = env.connect("pgsnap-diag-old-snapshot");
+    old.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_class")
+        .unwrap();
+    let old_pid = backend_pid(&mut old);
+    let old_xmin = c
+        .query_one(
+            "SELECT backend_xmin::text::int8 FROM pg_stat_activity WHERE pid = $1",
+            &[&old_pid],
+        )
+        .unwrap()
+        .get::<_, i64>(0) as u64;
+    for _ in 0..3 {
+        c.batch_execute("SELECT pg_current_xact_id()").unwrap();
+    }
+    create_slot(&env, slot);
+    let (cx, _) = slot_horizons(&mut c, slot);
+    assert!(
+        cx > old_xmin,
+        "catalog_xmin {cx} vs the old snapshot's xmin {old_xmin}"
+    );
+    let (h_xid, h_text) = horizon_row(&mut c, slot);
+    assert_eq!(h_xid, old_xmin, "{h_text}");
+    assert!(
+        h_text.contains("is not the cluster's oldest horizon")
+            && h_text.contains(&format!("pid {old_pid} ")),
+        "{h_text}"
+    );
+    let cutoff = vacuum_cutoff(&env);
+    assert_eq!(
+        cutoff, old_xmin,
+        "VACUUM's cutoff vs the older snapshot's xmin"
+    );
+
+    // The old snapshot ends: the slot's catalog_xmin is the oldest, and VACUUM stops there.
+    old.batch_execute("COMMIT").unwrap();
+    let (h_xid, h_text) = horizon_row(&mut c, slot);
+    assert_eq!(h_xid, cx, "{h_text}");
+    assert!(
+        h_text.contains("is the cluster's oldest xmin horizon"),
+        "{h_text}"
+    );
+    let cutoff2 = vacuum_cutoff(&env);
+    assert_eq!(cutoff2, cx, "VACUUM's cutoff vs the slot's catalog_xmin");
+    println!(
+        "pgsnap-counts: d9 VACUUM cutoff {cutoff} = pid {old_pid}'s xmin (named), then {cutoff2} = the slot's catalog_xmin (named)"
+    );
+}
+
+#[test]
+fn d10_running_xacts_age_counts_the_pause() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let slot = "pgsnap_diag_d10";
+    let _guard = SlotGuard::new(&env, slot);
+    c.batch_execute("CREATE TABLE IF NOT EXISTS pgsnap_diag_held (i int)")
+        .unwrap();
+    create_slot(&env, slot);
+    let mut m = env.connect("pgsnap-diag-monitor");
+    let f0 = flush_lsn(&mut c);
+    env.log_standby_snapshot_flushed(&mut c, "pgsnap_diag_held", "4");
+    let f1 = flush_lsn(&mut c);
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_millis(2500));
+    let r = m
+        .query_one(
+            "SELECT last_running_xacts::text, running_xacts_age_s FROM snapbuild_slot_health
+              WHERE slot_name = $1",
+            &[&slot],
+        )
+        .unwrap();
+    let elapsed = t0.elapsed().as_secs_f64();
+    let last = parse_lsn(&r.get::<_, String>(0));
+    let age: f64 = r.get(1);
+    let f2 = flush_lsn(&mut c);
+    println!(
+        "pgsnap-counts: d10 RUNNING_XACTS at {} age {age:.2} s after a pause of {elapsed:.2} s (WAL flushed meanwhile: {} bytes)",
+        fmt_lsn(last),
+        f2 - f1
+    );
+    assert!(age >= 0.0 && age <= elapsed + 3.0, "age {age} vs {elapsed}");
+    if f2 == f1 && last >= f0 && last < f1 {
+        // Nothing was written after our record: its segment was last written with it.
+        assert!(age >= 2.0, "age {age} after a pause of {elapsed:.2} s");
+    } else {
+        println!("pgsnap-undecided: d10 WAL was written during the pause; only the upper bound is checked");
+    }
 }

@@ -4,7 +4,7 @@
 //! Read-only: no query here assigns an xid or writes anything.
 
 use pgrx::prelude::*;
-use snapbuild_core::diagnose::{Backend, Holder, HolderKind, Prepared};
+use snapbuild_core::diagnose::{Backend, Holder, HolderKind, Horizon, Prepared};
 use snapbuild_core::TransactionId;
 
 fn ts(v: Option<TimestampWithTimeZone>) -> Option<i64> {
@@ -158,21 +158,36 @@ pub fn waits_on(pid: i32) -> Option<TransactionId> {
     })
 }
 
-/// The next xid to be assigned (its low 32 bits) and whether the server is a standby,
-/// read without assigning an xid (pg_current_snapshot's xmax).
-pub fn next_xid_and_recovery() -> (TransactionId, bool) {
+/// The server's transactions now, read without assigning an xid (pg_current_snapshot):
+/// the next xid to be assigned (its xmax, low 32 bits), the top-level xids in progress
+/// (its xip: sessions and prepared transactions), whether the server is a standby, and
+/// the time (microseconds since 2000-01-01 UTC).
+pub struct ServerNow {
+    pub next_xid: TransactionId,
+    pub running: Vec<TransactionId>,
+    pub in_recovery: bool,
+    pub now: i64,
+}
+
+/// [`ServerNow`].
+pub fn server_now() -> ServerNow {
     Spi::connect(|c| {
         let rows = c
             .select(
-                "SELECT (pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::numeric % 4294967296)::int8,
-                        pg_catalog.pg_is_in_recovery()",
+                "WITH s(s) AS (SELECT pg_catalog.pg_current_snapshot())
+                 SELECT (pg_catalog.pg_snapshot_xmax(s)::text::numeric % 4294967296)::int8,
+                        pg_catalog.pg_is_in_recovery(),
+                        ARRAY(SELECT (x::text::numeric % 4294967296)::int8
+                                FROM pg_catalog.pg_snapshot_xip(s) x),
+                        pg_catalog.clock_timestamp()
+                   FROM s",
                 Some(1),
                 &[],
             )
             .unwrap_or_else(|e| {
                 crate::adapter::raise(
                     PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                    format!("reading the next xid: {e}"),
+                    format!("reading the server's snapshot: {e}"),
                 )
             });
         let r = rows.into_iter().next();
@@ -180,9 +195,58 @@ pub fn next_xid_and_recovery() -> (TransactionId, bool) {
             .as_ref()
             .and_then(|r| r.get::<i64>(1).ok().flatten())
             .unwrap_or(0) as u32;
-        let rec = r
+        let in_recovery = r
+            .as_ref()
             .and_then(|r| r.get::<bool>(2).ok().flatten())
             .unwrap_or(false);
-        (next, rec)
+        let running = r
+            .as_ref()
+            .and_then(|r| r.get::<Vec<Option<i64>>>(3).ok().flatten())
+            .unwrap_or_default()
+            .into_iter()
+            .flatten()
+            .map(|x| x as u32)
+            .collect();
+        let now = ts(r.and_then(|r| r.get::<TimestampWithTimeZone>(4).ok().flatten())).unwrap_or(0);
+        ServerNow {
+            next_xid: next,
+            running,
+            in_recovery,
+            now,
+        }
+    })
+}
+
+/// Every xmin horizon of the cluster but slot `slot`'s own and the calling backend's
+/// (procarray.c ComputeXidHorizons' inputs as the views show them): other slots' xmin
+/// and catalog_xmin, backends' backend_xmin and backend_xid, prepared transactions.
+pub fn horizons(slot: &str) -> Vec<Horizon> {
+    let sql = "SELECT format('slot %I (%s)', slot_name, k) AS what, (x::text)::int8 AS xid
+                 FROM pg_catalog.pg_replication_slots,
+                      LATERAL (VALUES ('catalog_xmin', catalog_xmin), ('xmin', xmin)) v(k, x)
+                WHERE slot_name <> $1 AND x IS NOT NULL
+               UNION ALL
+               SELECT format('pid %s (%s, %s)', pid, backend_type, k), (x::text)::int8
+                 FROM pg_catalog.pg_stat_activity,
+                      LATERAL (VALUES ('xmin', backend_xmin), ('xid', backend_xid)) v(k, x)
+                WHERE pid <> pg_catalog.pg_backend_pid() AND x IS NOT NULL
+               UNION ALL
+               SELECT format('prepared transaction %L', gid), (transaction::text)::int8
+                 FROM pg_catalog.pg_prepared_xacts";
+    Spi::connect(|c| {
+        let rows = c.select(sql, None, &[slot.into()]).unwrap_or_else(|e| {
+            crate::adapter::raise(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                format!("reading the xmin horizons: {e}"),
+            )
+        });
+        rows.into_iter()
+            .filter_map(|r| {
+                Some(Horizon {
+                    what: r.get::<String>(1).ok().flatten()?,
+                    xid: r.get::<i64>(2).ok().flatten()? as u32,
+                })
+            })
+            .collect()
     })
 }

@@ -30,6 +30,21 @@ pub struct SlotCopy {
 }
 
 impl SlotCopy {
+    /// The fields decoding moves, for the core's logical.c model.
+    pub fn model(&self) -> snapbuild_core::replication::logical::SlotModel {
+        use snapbuild_core::Lsn;
+        snapbuild_core::replication::logical::SlotModel {
+            catalog_xmin: self.catalog_xmin,
+            effective_catalog_xmin: self.effective_catalog_xmin,
+            restart_lsn: Lsn(self.restart_lsn),
+            confirmed_flush: Lsn(self.confirmed_flush),
+            candidate_catalog_xmin: self.candidate_catalog_xmin,
+            candidate_xmin_lsn: Lsn(self.candidate_xmin_lsn),
+            candidate_restart_valid: Lsn(self.candidate_restart_valid),
+            candidate_restart_lsn: Lsn(self.candidate_restart_lsn),
+        }
+    }
+
     /// A logical slot whose snapshot builder has not reached consistency yet: during
     /// pg_create_logical_replication_slot / CREATE_REPLICATION_SLOT, confirmed_flush
     /// stays invalid until DecodingContextFindStartpoint finishes.

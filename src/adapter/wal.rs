@@ -398,6 +398,30 @@ pub fn check_available(start: Lsn) {
     }
 }
 
+/// When the WAL segment holding `lsn` was last written (its file's modification time in
+/// pg_wal, on the newest timeline that has it), microseconds since 2000-01-01 UTC: the
+/// record at `lsn` was written no later. `None` when the file is gone or unreadable.
+pub fn segment_written_at(lsn: Lsn) -> Option<i64> {
+    let seg = snapbuild_core::include::xlogdefs::xlog_file_name_segment(lsn, unsafe {
+        pg_sys::wal_segment_size as u64
+    });
+    let mut best: Option<(String, std::fs::Metadata)> = None;
+    for e in std::fs::read_dir("pg_wal").ok()?.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.len() == 24 && name.ends_with(&seg) && name.bytes().all(|b| b.is_ascii_hexdigit()) {
+            if best.as_ref().is_none_or(|(n, _)| name > *n) {
+                if let Ok(m) = e.metadata() {
+                    best = Some((name, m));
+                }
+            }
+        }
+    }
+    let modified = best?.1.modified().ok()?;
+    let unix = modified.duration_since(std::time::UNIX_EPOCH).ok()?;
+    // 2000-01-01 is 946684800 s after the Unix epoch.
+    Some(unix.as_micros() as i64 - 946_684_800_000_000)
+}
+
 /// How far WAL is flushed now (`GetFlushRecPtr`).
 pub fn flush_lsn() -> Lsn {
     Lsn(unsafe { compat::flush_ptr() })

@@ -12,14 +12,10 @@ use crate::adapter::{activity, server_version, wal};
 use crate::context::input::for_slot_copy;
 use crate::context::DecodingContext;
 
-/// Replays `slot` from its restart_lsn to the end of flushed WAL and reports where its
-/// snapshot builder stands. `None` when the WAL at restart_lsn is gone. Checks for
-/// interrupts while it reads; a broken `.snap` file ends the replay where it is.
-pub fn replay_slot(slot: &SlotCopy) -> Option<BuilderFacts> {
-    let input = for_slot_copy(slot.clone(), false);
-    let mut ctx =
-        DecodingContext::try_start_tolerant(input, unsafe { pg_sys::CurrentMemoryContext })?;
-    let mut phase_since = None;
+/// Reads `ctx` to the end of flushed WAL, noting in `phase_since` the record that last
+/// moved the builder's state. Checks for interrupts every 1024 records; a broken `.snap`
+/// file ends the replay where it is.
+fn drain(ctx: &mut DecodingContext, phase_since: &mut Option<Lsn>) {
     let mut n: u64 = 0;
     while let Some(row) = ctx.next_row() {
         n += 1;
@@ -29,27 +25,71 @@ pub fn replay_slot(slot: &SlotCopy) -> Option<BuilderFacts> {
         match row {
             Ok(row) => {
                 if row.state != row.state_before {
-                    phase_since = Some(row.lsn);
+                    *phase_since = Some(row.lsn);
                 }
             }
             Err(_) => break,
         }
     }
+}
+
+/// What the replay in `ctx` reached, with the forecasts for the transactions holding
+/// the slot's restart_lsn and catalog_xmin ([`diagnose::forecast`], against the
+/// transactions running on the server now).
+fn builder_facts(
+    ctx: &DecodingContext,
+    phase_since: Option<Lsn>,
+    slot: &SlotCopy,
+    server: &ServerFacts,
+    running_now: &[snapbuild_core::TransactionId],
+) -> BuilderFacts {
     let b = &ctx.replay.builder;
-    Some(BuilderFacts {
+    let last_running = ctx
+        .replay
+        .last_running_xacts
+        .as_ref()
+        .map(|(l, _, r)| (*l, r.clone()));
+    let mut facts = BuilderFacts {
         state: Some(b.state),
         next_phase_at: b.next_phase_at,
         initial_xmin_horizon: b.initial_xmin_horizon,
         phase_since,
-        last_running: ctx
-            .replay
-            .last_running_xacts
+        last_running_written_by: last_running
             .as_ref()
-            .map(|(l, _, r)| (*l, r.clone())),
+            .and_then(|(l, _)| wal::segment_written_at(*l)),
+        last_running,
         oldest_txn: b.reorder.oldest_txn(),
         oldest_base_snapshot: b.reorder.oldest_base_snapshot(),
         replayed_to: ctx.last_end,
-    })
+        forecasts: Vec::new(),
+    };
+    if !slot.in_creation() {
+        let live: Vec<_> = running_now.to_vec();
+        for x in diagnose::holding_xids(&facts) {
+            let ended = !live.contains(&x);
+            if let Some(f) =
+                diagnose::forecast(b, &slot.model(), x, ended, running_now, server.next_xid)
+            {
+                facts.forecasts.push(f);
+            }
+        }
+    }
+    facts
+}
+
+/// Replays `slot` from its restart_lsn to the end of flushed WAL and reports where its
+/// snapshot builder stands. `None` when the WAL at restart_lsn is gone.
+pub fn replay_slot(
+    slot: &SlotCopy,
+    server: &ServerFacts,
+    running_now: &[u32],
+) -> Option<BuilderFacts> {
+    let input = for_slot_copy(slot.clone(), false);
+    let mut ctx =
+        DecodingContext::try_start_tolerant(input, unsafe { pg_sys::CurrentMemoryContext })?;
+    let mut phase_since = None;
+    drain(&mut ctx, &mut phase_since);
+    Some(builder_facts(&ctx, phase_since, slot, server, running_now))
 }
 
 /// The findings for one logical slot (see [`diagnose::diagnose`]), or `None` when the
@@ -61,8 +101,14 @@ pub fn diagnose_slot(slot: &SlotCopy) -> Option<Vec<Finding>> {
     let invalid = facts.invalidation_reason.is_some()
         || facts.wal_status.as_deref() == Some("lost")
         || slot.restart_lsn == 0;
-    let builder = if invalid { None } else { replay_slot(slot) };
-    let server = server_facts();
+    let (mut server, running_now) = server_facts(&slot.name);
+    let builder = if invalid {
+        None
+    } else {
+        replay_slot(slot, &server, &running_now)
+    };
+    // The replay read to the flush position of its own time.
+    server.flush_lsn = wal::flush_lsn();
     let holders = activity::holders(&diagnose::wanted_xids(&facts, builder.as_ref()));
     Some(diagnose::diagnose(
         &facts,
@@ -98,15 +144,19 @@ fn slot_facts(slot: &SlotCopy, view: activity::SlotView) -> SlotFacts {
     facts
 }
 
-/// The server around the slots: flush position, next xid, standby or not.
-fn server_facts() -> ServerFacts {
-    let (next_xid, in_recovery) = activity::next_xid_and_recovery();
-    ServerFacts {
+/// The server around slot `slot`: flush position, next xid, standby or not, the time,
+/// the other xmin horizons; and the top-level xids running now.
+fn server_facts(slot: &str) -> (ServerFacts, Vec<u32>) {
+    let now = activity::server_now();
+    let facts = ServerFacts {
         version: server_version(),
         flush_lsn: wal::flush_lsn(),
-        next_xid,
-        in_recovery,
-    }
+        next_xid: now.next_xid,
+        in_recovery: now.in_recovery,
+        now: now.now,
+        horizons: activity::horizons(slot),
+    };
+    (facts, now.running)
 }
 
 /// A slot's replay kept between calls in this backend (`snapbuild_slot_health`), so that
@@ -148,7 +198,12 @@ fn cache_key(slot: &SlotCopy) -> (u64, bool, u32) {
 /// only WAL flushed since is read. Otherwise the replay starts at restart_lsn again.
 /// Returns the facts and the WAL bytes read by this call. Slots no longer listed in
 /// `live` are forgotten.
-pub fn replay_slot_cached(slot: &SlotCopy, live: &[String]) -> Option<(BuilderFacts, u64)> {
+pub fn replay_slot_cached(
+    slot: &SlotCopy,
+    live: &[String],
+    server: &ServerFacts,
+    running_now: &[u32],
+) -> Option<(BuilderFacts, u64)> {
     let key = cache_key(slot);
     let mut entry = REPLAYS.with(|r| {
         let mut r = r.borrow_mut();
@@ -188,37 +243,9 @@ pub fn replay_slot_cached(slot: &SlotCopy, live: &[String]) -> Option<(BuilderFa
     };
     let ctx = entry.ctx.as_mut()?;
     let from = ctx.last_end;
-    let mut n: u64 = 0;
-    while let Some(row) = ctx.next_row() {
-        n += 1;
-        if n.is_multiple_of(1024) {
-            pgrx::check_for_interrupts!();
-        }
-        match row {
-            Ok(row) => {
-                if row.state != row.state_before {
-                    entry.phase_since = Some(row.lsn);
-                }
-            }
-            Err(_) => break,
-        }
-    }
+    drain(ctx, &mut entry.phase_since);
     let ctx = entry.ctx.as_ref()?;
-    let b = &ctx.replay.builder;
-    let facts = BuilderFacts {
-        state: Some(b.state),
-        next_phase_at: b.next_phase_at,
-        initial_xmin_horizon: b.initial_xmin_horizon,
-        phase_since: entry.phase_since,
-        last_running: ctx
-            .replay
-            .last_running_xacts
-            .as_ref()
-            .map(|(l, _, r)| (*l, r.clone())),
-        oldest_txn: b.reorder.oldest_txn(),
-        oldest_base_snapshot: b.reorder.oldest_base_snapshot(),
-        replayed_to: ctx.last_end,
-    };
+    let facts = builder_facts(ctx, entry.phase_since, slot, server, running_now);
     let read = ctx.last_end.0.saturating_sub(from.0);
     REPLAYS.with(|r| r.borrow_mut().insert(slot.name.clone(), entry));
     Some((facts, read))
@@ -232,17 +259,18 @@ pub fn slot_health(slot: &SlotCopy, live: &[String]) -> Option<(diagnose::Health
     let invalid = facts.invalidation_reason.is_some()
         || facts.wal_status.as_deref() == Some("lost")
         || slot.restart_lsn == 0;
+    let (mut server, running_now) = server_facts(&slot.name);
     let (builder, read) = if invalid {
         // Its WAL may be gone: let go of a replay kept from before.
         REPLAYS.with(|r| r.borrow_mut().remove(&slot.name));
         (None, 0)
     } else {
-        match replay_slot_cached(slot, live) {
+        match replay_slot_cached(slot, live, &server, &running_now) {
             Some((b, r)) => (Some(b), r),
             None => (None, 0),
         }
     };
-    let server = server_facts();
+    server.flush_lsn = wal::flush_lsn();
     let holders = activity::holders(&diagnose::wanted_xids(&facts, builder.as_ref()));
     Some((
         diagnose::health(&facts, builder.as_ref(), &server, &holders),

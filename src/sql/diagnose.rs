@@ -27,6 +27,7 @@ type DiagnoseRow = (
     Option<i64>,
     Option<TimestampWithTimeZone>,
     Option<String>,
+    Option<Xid>,
 );
 
 fn tstz(v: Option<i64>) -> Option<TimestampWithTimeZone> {
@@ -57,6 +58,7 @@ fn row(f: Finding) -> DiagnoseRow {
         f.bytes,
         tstz(f.since),
         f.remedy,
+        f.forecast_catalog_xmin.map(Xid),
     )
 }
 
@@ -82,11 +84,24 @@ fn row(f: Finding) -> DiagnoseRow {
 ///   waits until the consumer confirms candidate_restart_valid), `no consumer` (no active
 ///   pid; `since` = inactive_since on 17+), `consumer lag` and `retained WAL` (`bytes`
 ///   behind the flush position), `healthy` when nothing holds it back.
+/// - `forecast` (a created slot, one row per xid holding restart_lsn or catalog_xmin):
+///   what ending that transaction does once the consumer confirms past the next
+///   RUNNING_XACTS record, re-run on a copy of the replay (snapbuild.c
+///   SnapBuildProcessRunningXacts, logical.c LogicalIncreaseRestartDecodingForSlot /
+///   LogicalIncreaseXminForSlot / LogicalConfirmReceivedLocation): `xid` the ending
+///   transaction, `lsn` restart_lsn afterwards (NULL when it is that RUNNING_XACTS record
+///   itself, whose LSN is not known yet), `bytes` the WAL released (restart_lsn's move),
+///   `forecast_catalog_xmin` catalog_xmin afterwards (NULL: the next xid then).
+/// - `catalog horizon` (informational): whether the slot's catalog_xmin is the oldest
+///   xmin horizon of the cluster (VACUUM keeps catalog rows deleted from there on) or
+///   which slot, backend or prepared transaction holds an older one (`xid`).
 ///
 /// Columns: `kind`, `finding` (text), `xid`, `pid` (int4), `datname`, `usename`,
 /// `application_name`, `client_addr`, `state`, `xact_start` (timestamptz), `wait_event`
 /// (`type:event`), `query`, `gid`, `lsn` (pg_lsn), `bytes` (int8, WAL bytes), `since`
-/// (timestamptz), `remedy` (text: the SQL to run or what to do).
+/// (timestamptz), `remedy` (text: the SQL to run or what to do), `forecast_catalog_xmin`
+/// (xid). On `waiting for WAL`, `since` is when the last RUNNING_XACTS was written at the
+/// latest (its WAL segment file's modification time).
 ///
 /// Read-only. Errors: `null_value_not_allowed` (22004) for a NULL slot_name;
 /// `undefined_object` (42704) for no such slot; `object_not_in_prerequisite_state`
@@ -115,6 +130,7 @@ fn snapbuild_diagnose(
         name!(bytes, Option<i64>),
         name!(since, Option<TimestampWithTimeZone>),
         name!(remedy, Option<String>),
+        name!(forecast_catalog_xmin, Option<Xid>),
     ),
 > {
     let Some(slot_name) = slot_name else {
@@ -164,7 +180,13 @@ fn state_text(h: &snapbuild_core::diagnose::Health) -> Option<String> {
 /// catalog_xmin), `restart_lsn_lag_bytes` and `confirmed_flush_lag_bytes` (int8: the flush
 /// position minus restart_lsn / confirmed_flush), `catalog_xmin_age` (int4: xids),
 /// `last_running_xacts` (pg_lsn: the last RUNNING_XACTS record read),
-/// `wal_since_running_xacts_bytes` (int8), `replayed_bytes` (int8: WAL this call read).
+/// `wal_since_running_xacts_bytes` (int8), `replayed_bytes` (int8: WAL this call read),
+/// `running_xacts_age_s` (float8: seconds since the last RUNNING_XACTS was written, at
+/// least: now minus its WAL segment file's modification time), `releasable_bytes` (int8:
+/// WAL bytes restart_lsn moves by when the transaction holding it ends and the consumer
+/// confirms, per the `forecast` of `snapbuild_diagnose`; at least the WAL up to the flush
+/// position when the target is the next RUNNING_XACTS; 0 when it would not move; NULL
+/// without a forecast).
 ///
 /// Each slot's replay stays in this backend's memory between calls (until the slot's
 /// restart_lsn moves, or its creation ends, or it is dropped): a repeated call reads
@@ -186,6 +208,8 @@ fn snapbuild_slot_health() -> TableIterator<
         name!(last_running_xacts, Option<PgLsn>),
         name!(wal_since_running_xacts_bytes, Option<i64>),
         name!(replayed_bytes, i64),
+        name!(running_xacts_age_s, Option<f64>),
+        name!(releasable_bytes, Option<i64>),
     ),
 > {
     let slots: Vec<_> = crate::adapter::slots::copy_slots()
@@ -211,6 +235,8 @@ fn snapbuild_slot_health() -> TableIterator<
             h.last_running_xacts.map(PgLsn::from),
             h.wal_since_running_xacts_bytes,
             read as i64,
+            h.running_xacts_age_s,
+            h.releasable_bytes,
         ));
     }
     TableIterator::new(rows)

@@ -3,7 +3,6 @@
 //! `pg_logical_slot_get_changes` (or `pg_replication_slot_advance`).
 
 use pgrx::prelude::*;
-use snapbuild_core::replication::logical::SlotModel;
 use snapbuild_core::Lsn;
 
 use crate::adapter::raise;
@@ -85,16 +84,7 @@ fn snapbuild_slot_prediction(
             ),
         );
     }
-    let mut model = SlotModel {
-        catalog_xmin: slot.catalog_xmin,
-        effective_catalog_xmin: slot.effective_catalog_xmin,
-        restart_lsn: Lsn(slot.restart_lsn),
-        confirmed_flush: Lsn(slot.confirmed_flush),
-        candidate_catalog_xmin: slot.candidate_catalog_xmin,
-        candidate_xmin_lsn: Lsn(slot.candidate_xmin_lsn),
-        candidate_restart_valid: Lsn(slot.candidate_restart_valid),
-        candidate_restart_lsn: Lsn(slot.candidate_restart_lsn),
-    };
+    let mut model = slot.model();
     let current = model;
     let upto = upto_lsn.map(|l| Lsn(l.0));
     let mut input = context::input::for_slot_copy(slot, false);

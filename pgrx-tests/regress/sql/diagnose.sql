@@ -22,10 +22,15 @@ SELECT kind,
                       '[0-9]+ bytes', 'N bytes', 'g') AS finding,
        xid IS NULL AS no_xid, pid IS NULL AS no_pid, lsn IS NOT NULL AS has_lsn,
        bytes >= 0 AS bytes_counted, remedy
-FROM snapbuild_diagnose('snapbuild_regress_diag');
+FROM snapbuild_diagnose('snapbuild_regress_diag') WHERE kind <> 'catalog horizon';
 \x on
 SELECT * FROM diag;
 \x off
+-- the slot's catalog_xmin is the oldest horizon of the cluster (nothing else holds one
+-- older; the calling backend's own xmin does not count)
+SELECT kind, finding ~ '^catalog_xmin [0-9]+ \(age [0-9]+ xids\) is the cluster''s oldest xmin horizon' AS oldest,
+       xid = (SELECT catalog_xmin FROM pg_replication_slots WHERE slot_name = 'snapbuild_regress_diag') AS names_catalog_xmin
+FROM snapbuild_diagnose('snapbuild_regress_diag') WHERE kind = 'catalog horizon';
 -- after consuming: the same kinds, nothing lags
 SELECT count(*) >= 0 AS consumed FROM pg_logical_slot_get_changes('snapbuild_regress_diag', NULL, NULL);
 SELECT kind, bytes < 65536 AS caught_up FROM snapbuild_diagnose('snapbuild_regress_diag') WHERE kind = 'consumer lag';
@@ -34,7 +39,8 @@ SELECT kind, bytes < 65536 AS caught_up FROM snapbuild_diagnose('snapbuild_regre
 SELECT slot_name, state, in_creation, waiting_xids, oldest_blocking_pid,
        restart_lsn_lag_bytes >= 0 AS restart_lag, confirmed_flush_lag_bytes >= 0 AS confirmed_lag,
        catalog_xmin_age >= 0 AS age, last_running_xacts IS NOT NULL AS has_running_xacts,
-       replayed_bytes > 0 AS replayed
+       replayed_bytes > 0 AS replayed, running_xacts_age_s >= 0 AS aged,
+       releasable_bytes AS releasable
 FROM snapbuild_slot_health WHERE slot_name = 'snapbuild_regress_diag';
 SELECT replayed_bytes < 65536 AS resumed FROM snapbuild_slot_health
 WHERE slot_name = 'snapbuild_regress_diag';

@@ -85,6 +85,18 @@ pub fn advance(xid: TransactionId) -> TransactionId {
     }
 }
 
+/// The order TransactionIdPrecedes gives (modulo-2^32, for normal xids): for sorting
+/// xids that may straddle the wraparound point. Not a PostgreSQL function.
+pub fn precedes_order(a: TransactionId, b: TransactionId) -> core::cmp::Ordering {
+    if a == b {
+        core::cmp::Ordering::Equal
+    } else if precedes(a, b) {
+        core::cmp::Ordering::Less
+    } else {
+        core::cmp::Ordering::Greater
+    }
+}
+
 /// Mirrors xid.c `xidComparator`: plain unsigned order, as the server sorts
 /// `catchange.xip` and the running-xacts array for bsearch.
 pub fn xid_comparator(a: &TransactionId, b: &TransactionId) -> core::cmp::Ordering {

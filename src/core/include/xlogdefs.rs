@@ -31,9 +31,42 @@ impl Lsn {
     }
 }
 
+/// The segment-number part of a WAL file name (xlog_internal.h XLogFileName without the
+/// timeline): the 16 hex digits after the 8 of the timeline, for the segment holding
+/// `lsn` with segments of `seg_size` bytes (a power of two, 1 MB to 1 GB).
+pub fn xlog_file_name_segment(lsn: Lsn, seg_size: u64) -> String {
+    let seg_size = seg_size.max(1);
+    let segno = lsn.0 / seg_size;
+    let per_id = (0x1_0000_0000u64 / seg_size).max(1);
+    format!("{:08X}{:08X}", segno / per_id, segno % per_id)
+}
+
 impl fmt::Display for Lsn {
     /// `%X/%X`, the way PostgreSQL up to 18 prints LSNs in messages and `pg_lsn`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:X}/{:X}", self.hi(), self.lo())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wal_file_names() {
+        // 16 MB segments: 0/3000028 is in segment 3; 1/A000000 in 0x10A (256 per id).
+        assert_eq!(
+            xlog_file_name_segment(Lsn(0x3000028), 16 << 20),
+            "0000000000000003"
+        );
+        assert_eq!(
+            xlog_file_name_segment(Lsn(0x1_0A00_0000), 16 << 20),
+            "000000010000000A"
+        );
+        // 1 GB segments: four per id.
+        assert_eq!(
+            xlog_file_name_segment(Lsn(0x2_C000_0000), 1 << 30),
+            "0000000200000003"
+        );
     }
 }

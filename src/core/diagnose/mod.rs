@@ -17,6 +17,9 @@ use crate::include::transam::{self, TransactionId};
 use crate::include::version::PgVersion;
 use crate::include::xlogdefs::Lsn;
 
+pub mod forecast;
+pub use forecast::{forecast, Forecast, ForecastLsn, ForecastXid};
+
 /// What a replay of the slot from its restart_lsn to the flush position reached.
 #[derive(Clone, Debug, Default)]
 pub struct BuilderFacts {
@@ -41,6 +44,12 @@ pub struct BuilderFacts {
     pub oldest_base_snapshot: Option<(TransactionId, TransactionId)>,
     /// The end of the last record read (the slot's restart_lsn when none was).
     pub replayed_to: Lsn,
+    /// The last RUNNING_XACTS record was written no later than this (the modification
+    /// time of the WAL segment holding it), microseconds since 2000-01-01 UTC.
+    pub last_running_written_by: Option<i64>,
+    /// What the end of the transactions holding restart_lsn and catalog_xmin would do
+    /// ([`forecast()`]), the restart_lsn holder's first.
+    pub forecasts: Vec<Forecast>,
 }
 
 /// The slot, as shared memory and `pg_replication_slots` show it.
@@ -72,8 +81,18 @@ pub struct SlotFacts {
     pub creator_waits_on: Option<TransactionId>,
 }
 
+/// Another holder of an xmin horizon in the cluster: a slot's xmin or catalog_xmin, a
+/// backend's xmin or xid, a prepared transaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Horizon {
+    pub xid: TransactionId,
+    /// In words: `slot "s" (catalog_xmin)`, `pid 123 (client backend, xmin)`, `prepared
+    /// transaction 'g'`.
+    pub what: String,
+}
+
 /// The server around the slot.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ServerFacts {
     pub version: PgVersion,
     /// pg_current_wal_flush_lsn (pg_last_wal_receive_lsn / replay on a standby).
@@ -82,6 +101,11 @@ pub struct ServerFacts {
     pub next_xid: TransactionId,
     /// A standby: RUNNING_XACTS records come from the primary.
     pub in_recovery: bool,
+    /// Now, microseconds since 2000-01-01 UTC.
+    pub now: i64,
+    /// Every other xmin horizon of the cluster (other slots, backends but the caller,
+    /// prepared transactions).
+    pub horizons: Vec<Horizon>,
 }
 
 /// A live backend holding a transaction (pg_stat_activity's columns).
@@ -145,6 +169,11 @@ pub enum FindingKind {
     RestartLsnHeld,
     /// catalog_xmin cannot pass the oldest running transaction.
     CatalogXminHeld,
+    /// Where restart_lsn and catalog_xmin go when their holder ends.
+    Forecast,
+    /// Whether the slot's catalog_xmin is the cluster's oldest horizon (VACUUM of
+    /// catalogs stops there) or something else holds an older one. Informational.
+    CatalogHorizon,
     /// A restart_lsn candidate waits for the consumer to confirm past it.
     PendingRestartCandidate,
     /// No process uses the slot.
@@ -169,6 +198,8 @@ impl FindingKind {
             FindingKind::WaitingForWal => "waiting for WAL",
             FindingKind::RestartLsnHeld => "restart_lsn held",
             FindingKind::CatalogXminHeld => "catalog_xmin held",
+            FindingKind::Forecast => "forecast",
+            FindingKind::CatalogHorizon => "catalog horizon",
             FindingKind::PendingRestartCandidate => "pending restart candidate",
             FindingKind::NoConsumer => "no consumer",
             FindingKind::ConsumerLag => "consumer lag",
@@ -193,6 +224,8 @@ pub struct Finding {
     /// Microseconds since 2000-01-01 UTC: since when the condition holds, if known.
     pub since: Option<i64>,
     pub remedy: Option<String>,
+    /// On a `forecast`: catalog_xmin afterwards, when it is a known xid.
+    pub forecast_catalog_xmin: Option<TransactionId>,
 }
 
 impl Finding {
@@ -253,15 +286,7 @@ pub fn waited_xids(slot: &SlotFacts, b: &BuilderFacts) -> Vec<TransactionId> {
         .copied()
         .filter(|x| transam::is_normal(*x) && transam::precedes(*x, cutoff))
         .collect();
-    v.sort_by(|a, b| {
-        if transam::precedes(*a, *b) {
-            std::cmp::Ordering::Less
-        } else if a == b {
-            std::cmp::Ordering::Equal
-        } else {
-            std::cmp::Ordering::Greater
-        }
-    });
+    v.sort_by(|a, b| transam::precedes_order(*a, *b));
     v.dedup();
     v
 }
@@ -292,6 +317,22 @@ fn oldest_running(b: &BuilderFacts) -> Option<(Lsn, TransactionId)> {
 fn catalog_xmin_holder(b: &BuilderFacts) -> Option<(TransactionId, TransactionId)> {
     b.oldest_base_snapshot
         .or_else(|| oldest_running(b).map(|(_, x)| (x, x)))
+}
+
+/// The xids holding a created slot back: the reorder buffer's oldest transaction
+/// (restart_lsn) first, then the catalog_xmin holder ([`catalog_xmin_holder`]) if
+/// another; what [`forecast()`] is asked about.
+pub fn holding_xids(b: &BuilderFacts) -> Vec<TransactionId> {
+    let mut v = Vec::new();
+    if let Some((x, _)) = b.oldest_txn {
+        v.push(x);
+    }
+    if let Some((x, _)) = catalog_xmin_holder(b) {
+        if !v.contains(&x) {
+            v.push(x);
+        }
+    }
+    v
 }
 
 /// Every xid whose holder the diagnosis wants to know (look them up in pg_locks).
@@ -556,10 +597,18 @@ fn creation_findings(
                 "every transaction it waits for has ended, but the last RUNNING_XACTS ({l}) still lists them; it needs a newer one"
             ),
         };
+        let age = match (last, b.last_running_written_by) {
+            (Some(_), Some(t)) => format!(
+                "; the last RUNNING_XACTS was written at least {:.1} s ago",
+                (server.now - t).max(0) as f64 / 1e6
+            ),
+            _ => String::new(),
+        };
         let mut f = Finding::new(
             FindingKind::WaitingForWal,
-            format!("the creation waits for WAL: {why}"),
+            format!("the creation waits for WAL: {why}{age}"),
         );
+        f.since = last.and(b.last_running_written_by);
         f.lsn = last_lsn.or(Some(slot.restart_lsn));
         f.bytes = Some(bytes_between(b.replayed_to, server.flush_lsn));
         f.remedy = Some(wal_remedy(server));
@@ -658,6 +707,9 @@ fn created_findings(
                 out.push(f);
             }
         }
+        for fc in &b.forecasts {
+            out.push(forecast_finding(slot, server, fc));
+        }
     }
     if slot.candidate_restart_valid.is_valid()
         && slot.candidate_restart_lsn.is_valid()
@@ -691,6 +743,9 @@ fn created_findings(
             "start the consumer, or SELECT pg_drop_replication_slot('{}') if it is abandoned",
             slot.name.replace('\'', "''")
         ));
+        out.push(f);
+    }
+    if let Some(f) = horizon_finding(slot, server) {
         out.push(f);
     }
     let lag = bytes_between(slot.confirmed_flush, server.flush_lsn);
@@ -727,8 +782,81 @@ fn created_findings(
     }
 }
 
+/// A `forecast` row: the sentence, the ending xid, restart_lsn afterwards (`lsn`, when
+/// known), the WAL bytes it releases (`bytes`, when known) and catalog_xmin afterwards.
+fn forecast_finding(slot: &SlotFacts, server: &ServerFacts, fc: &Forecast) -> Finding {
+    let mut f = Finding::new(
+        FindingKind::Forecast,
+        fc.sentence(slot.restart_lsn, slot.catalog_xmin, server.flush_lsn),
+    );
+    f.xid = Some(fc.ending);
+    f.lsn = match fc.restart_lsn {
+        ForecastLsn::At(l) | ForecastLsn::Stays(l) => Some(l),
+        ForecastLsn::AtNextRunningXacts => None,
+    };
+    f.bytes = fc.released_bytes(slot.restart_lsn);
+    f.forecast_catalog_xmin = match fc.catalog_xmin {
+        ForecastXid::At(x) | ForecastXid::Stays(x) => Some(x),
+        ForecastXid::AtNextXid(_) => None,
+    };
+    if !fc.ended {
+        f.remedy = Some(format!(
+            "end xid {} (see the rows above for its session), then let the consumer confirm",
+            fc.ending
+        ));
+    } else {
+        f.remedy = Some(wal_remedy(server));
+    }
+    f
+}
+
+/// The `catalog horizon` row: whether the slot's catalog_xmin is older than every other
+/// xmin horizon of the cluster (procarray.c ComputeXidHorizons takes the slots'
+/// catalog_xmin for catalog tables: VACUUM keeps catalog rows deleted from there on),
+/// or what holds an older one.
+fn horizon_finding(slot: &SlotFacts, server: &ServerFacts) -> Option<Finding> {
+    let c = slot.catalog_xmin;
+    if !transam::is_normal(c) {
+        return None;
+    }
+    let age = server.next_xid.wrapping_sub(c) as i32;
+    let oldest_other = server
+        .horizons
+        .iter()
+        .filter(|h| transam::is_normal(h.xid))
+        .min_by(|a, b| transam::precedes_order(a.xid, b.xid));
+    let mut f = match oldest_other {
+        Some(h) if transam::precedes(h.xid, c) => {
+            let mut f = Finding::new(
+                FindingKind::CatalogHorizon,
+                format!(
+                    "catalog_xmin {c} (age {age} xids) is not the cluster's oldest horizon: {} holds {}, older; VACUUM of catalogs is held there first",
+                    h.what, h.xid
+                ),
+            );
+            f.xid = Some(h.xid);
+            f
+        }
+        other => {
+            let next = other
+                .map(|h| format!("the next oldest is {} at {}", h.what, h.xid))
+                .unwrap_or_else(|| "nothing else holds one".into());
+            let mut f = Finding::new(
+                FindingKind::CatalogHorizon,
+                format!(
+                    "catalog_xmin {c} (age {age} xids) is the cluster's oldest xmin horizon: VACUUM cannot remove catalog rows deleted by xid {c} or later, in any database; {next}"
+                ),
+            );
+            f.xid = Some(c);
+            f
+        }
+    };
+    f.since = slot.inactive_since;
+    Some(f)
+}
+
 /// A slot's health in numbers (`snapbuild_slot_health`), for monitoring.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Health {
     /// The builder's state after the replay (None: not replayed, e.g. invalidated).
     pub state: Option<SnapBuildState>,
@@ -748,6 +876,13 @@ pub struct Health {
     /// The last RUNNING_XACTS record the replay read, and the WAL flushed after it.
     pub last_running_xacts: Option<Lsn>,
     pub wal_since_running_xacts_bytes: Option<i64>,
+    /// Seconds since the last RUNNING_XACTS was written, at least (now minus the
+    /// modification time of its WAL segment).
+    pub running_xacts_age_s: Option<f64>,
+    /// WAL bytes restart_lsn releases when its holder ends ([`Forecast`]); at least the
+    /// WAL up to the flush position when the target is the next RUNNING_XACTS; 0 when
+    /// it would not move.
+    pub releasable_bytes: Option<i64>,
 }
 
 /// [`Health`] from the same inputs as [`diagnose`].
@@ -787,6 +922,17 @@ pub fn health(
             .then(|| server.next_xid.wrapping_sub(slot.catalog_xmin) as i32),
         last_running_xacts: last,
         wal_since_running_xacts_bytes: last.map(|l| bytes_between(l, server.flush_lsn)),
+        running_xacts_age_s: last
+            .and(builder.and_then(|b| b.last_running_written_by))
+            .map(|t| (server.now - t).max(0) as f64 / 1e6),
+        releasable_bytes: builder.and_then(|b| b.forecasts.first()).map(|fc| {
+            match fc.restart_lsn {
+                ForecastLsn::AtNextRunningXacts => {
+                    bytes_between(slot.restart_lsn, server.flush_lsn)
+                }
+                _ => fc.released_bytes(slot.restart_lsn).unwrap_or(0),
+            }
+        }),
     }
 }
 
@@ -800,6 +946,8 @@ mod tests {
             flush_lsn: Lsn(0x2000),
             next_xid: 1000,
             in_recovery: false,
+            now: 0,
+            horizons: Vec::new(),
         }
     }
 
@@ -989,14 +1137,33 @@ mod tests {
             vec![
                 "restart_lsn held",
                 "catalog_xmin held",
+                "catalog horizon",
                 "consumer lag",
                 "retained WAL"
             ]
         );
         assert_eq!(f[0].lsn, Some(Lsn(0x1100)));
         assert!(f[1].finding.contains("age 400 xids"), "{}", f[1].finding);
-        assert_eq!(f[2].bytes, Some(0x800));
-        assert_eq!(f[3].bytes, Some(0x1000));
+        assert!(
+            f[2].finding
+                .contains("is the cluster's oldest xmin horizon")
+                && f[2].finding.contains("nothing else holds one"),
+            "{}",
+            f[2].finding
+        );
+        assert_eq!(f[3].bytes, Some(0x800));
+        assert_eq!(f[4].bytes, Some(0x1000));
+        // A backend's older xmin holds the catalog horizon first.
+        let mut srv = server(18);
+        srv.horizons.push(Horizon {
+            xid: 590,
+            what: "pid 4 (client backend, xmin)".into(),
+        });
+        let f = diagnose(&s, Some(&b), &srv, &holders);
+        assert_eq!(f[2].xid, Some(590));
+        assert!(f[2]
+            .finding
+            .contains("is not the cluster's oldest horizon: pid 4"));
         // Nothing running, the consumer gone, a candidate waiting for confirmation.
         s.active_pid = None;
         s.candidate_restart_valid = Lsn(0x1c80);
@@ -1013,6 +1180,7 @@ mod tests {
             vec![
                 "pending restart candidate",
                 "no consumer",
+                "catalog horizon",
                 "consumer lag",
                 "retained WAL"
             ]
