@@ -845,7 +845,11 @@ fn vacuum_cutoff(env: &Env) -> u64 {
         .user(&env.user)
         .dbname(&env.dbname)
         .application_name("pgsnap-diag-vacuum")
-        .notice_callback(move |n| sink.lock().unwrap().push(n.message().to_string()));
+        .notice_callback(move |n| {
+            // 14 puts the cutoff in the DETAIL
+            let text = format!("{}\n{}", n.message(), n.detail().unwrap_or(""));
+            sink.lock().unwrap().push(text)
+        });
     let mut v = cfg.connect(postgres::NoTls).unwrap();
     v.batch_execute("VACUUM (VERBOSE) pg_catalog.pg_class")
         .unwrap();
