@@ -41,7 +41,7 @@ impl Shadow {
         self.last
             .as_ref()
             .filter(|l| l.lsn == row.lsn)
-            .and_then(|l| l.serialized.clone())
+            .and_then(|l| l.serialized.as_deref().cloned())
     }
 }
 

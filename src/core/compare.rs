@@ -740,7 +740,7 @@ mod tests {
     #[test]
     fn identical_file_agrees_byte_for_byte() {
         let row = serialize_row();
-        let f = row.serialized.clone().unwrap();
+        let f = *row.serialized.clone().unwrap();
         assert_eq!(compare_with_server(&f, &f, None), FileComparison::default());
         assert_eq!(
             bytes_with_writer_fields(&f, &f, &FileComparison::default()),
@@ -758,7 +758,7 @@ mod tests {
     #[test]
     fn writer_dependent_difference_is_undecided_not_true() {
         let row = serialize_row();
-        let mut server = row.serialized.clone().unwrap();
+        let mut server = *row.serialized.clone().unwrap();
         server.builder.xmax += 5;
         let raw = server.encode().unwrap();
         let v = judge_row(
@@ -777,7 +777,7 @@ mod tests {
             raw: server.encode().unwrap(),
         });
         f.other_writers = vec![
-            (Lsn(50), row.serialized.clone().unwrap()),
+            (Lsn(50), (*row.serialized.clone().unwrap())),
             (Lsn(40), server.clone()),
         ];
         // A possible writer is named, but nothing proves it was the writer: undecided.
@@ -788,7 +788,7 @@ mod tests {
             .unwrap()
             .contains("consistent with a decoder restarted at 0/28"));
         // A catchange difference alone is false unless another writer reproduces it.
-        let mut cat = row.serialized.clone().unwrap();
+        let mut cat = *row.serialized.clone().unwrap();
         cat.catchange_xip = vec![650];
         let raw = cat.encode().unwrap();
         let v = judge_row(
@@ -819,7 +819,7 @@ mod tests {
     #[test]
     fn xmin_of_a_writer_consistent_at_the_previous_record_is_decided() {
         let row = serialize_row();
-        let pred = row.serialized.clone().unwrap();
+        let pred = *row.serialized.clone().unwrap();
         let ctx = SerializeContext {
             prev_running_xacts: Lsn(100),
             xmin_from_restore: true,
@@ -870,7 +870,7 @@ mod tests {
     #[test]
     fn hard_difference_beats_an_explained_committed_list() {
         let mut row = serialize_row();
-        let pred = row.serialized.clone().unwrap();
+        let pred = *row.serialized.clone().unwrap();
         row.serialize_context = Some(SerializeContext {
             prev_running_xacts: Lsn(100),
             xmin_from_restore: true,
@@ -878,7 +878,7 @@ mod tests {
         });
         let mut p2 = pred.clone();
         p2.committed_xip = vec![pred.builder.xmin, pred.builder.xmin + 3];
-        row.serialized = Some(p2);
+        row.serialized = Some(Box::new(p2));
         let mut server = pred.clone();
         server.builder.last_serialized_snapshot = Lsn(100);
         server.builder.xmin = pred.builder.xmin + 2;
@@ -896,7 +896,7 @@ mod tests {
     #[test]
     fn writers_named_by_the_log_decide() {
         let row = serialize_row();
-        let ours = row.serialized.clone().unwrap();
+        let ours = *row.serialized.clone().unwrap();
         let mut server = ours.clone();
         server.builder.xmax += 5;
         let raw = server.encode().unwrap();
@@ -1027,7 +1027,7 @@ mod tests {
     #[test]
     fn restore_rows_are_undecided() {
         let mut row = serialize_row();
-        let f = row.serialized.take().unwrap();
+        let f = *row.serialized.take().unwrap();
         row.restored_from = Some(row.lsn);
         let raw = f.encode().unwrap();
         let v = judge_row(&row, &facts(FileFact::Read { file: f, raw }));

@@ -147,7 +147,7 @@ fn columns(t: &Traced, p: &BuilderParams) -> Columns {
     (
         r.lsn.into(),
         (!is_start).then(|| r.end_lsn.into()),
-        r.record.clone(),
+        r.record.to_string(),
         r.xid.map(Xid),
         r.branch.map(str::to_owned),
         (!is_start).then(|| r.state_before.as_str().to_owned()),

@@ -185,7 +185,9 @@ pub enum Payload {
 pub struct TraceRow {
     pub lsn: Lsn,
     pub end_lsn: Lsn,
-    pub record: String,
+    /// The record's name: `RecordKind::name` (static), or pg_waldump's `rmgr/TYPE` when the
+    /// reader names every record (`all_records`).
+    pub record: std::borrow::Cow<'static, str>,
     pub xid: Option<TransactionId>,
     pub branch: Option<&'static str>,
     pub state_before: SnapBuildState,
@@ -200,7 +202,7 @@ pub struct TraceRow {
     pub message: Option<String>,
     pub detail: Option<String>,
     /// The file SnapBuildSerialize writes at this LSN (serialize rows).
-    pub serialized: Option<SnapBuildOnDisk>,
+    pub serialized: Option<Box<SnapBuildOnDisk>>,
     /// What the serialized xmin rests on (serialize rows).
     pub serialize_context: Option<SerializeContext>,
     /// Where a restored snapshot came from (branch b).
@@ -367,10 +369,10 @@ impl Replay {
         let mut row = TraceRow {
             lsn: head.lsn,
             end_lsn: head.end_lsn,
-            record: head
-                .name
-                .clone()
-                .unwrap_or_else(|| head.kind.name().to_owned()),
+            record: match &head.name {
+                Some(n) => std::borrow::Cow::Owned(n.clone()),
+                None => std::borrow::Cow::Borrowed(head.kind.name()),
+            },
             xid: transam::is_valid(head.xid).then_some(head.xid),
             branch: None,
             state_before: before,
@@ -402,7 +404,7 @@ impl Replay {
                 row.detail = (!m.detail.is_empty()).then(|| m.detail.as_str().to_owned());
             }
             row.wait_xids = Some(s.wait_xids);
-            row.serialized = s.serialized;
+            row.serialized = s.serialized.map(Box::new);
             row.serialize_context = s.serialize_context;
             row.restored_from = s.restored_from;
             row.commit = s.commit;

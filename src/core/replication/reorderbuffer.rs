@@ -12,7 +12,8 @@
 //! * [`historic_view`] is the snapshot choice of ReorderBufferProcessTXN at one point of
 //!   a transaction's replay (ReorderBufferCopySnap, ReorderBufferBuildTupleCidHash).
 
-use std::collections::{BTreeMap, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeMap;
 
 use crate::access::rewriteheap::{
     parse_mapping_file_name, parse_mapping_records, RewriteMapping, REWRITE_MAPPING_SIZE,
@@ -35,7 +36,8 @@ impl TupleCidHash {
     /// tuple-cid list, in list order: the first entry of a tuple gives cmin, later ones
     /// only replace cmax.
     pub fn build(entries: &[TupleCid]) -> Self {
-        let mut map: HashMap<TupleCidKey, TupleCidEnt> = HashMap::with_capacity(entries.len());
+        let mut map: HashMap<TupleCidKey, TupleCidEnt> =
+            HashMap::with_capacity_and_hasher(entries.len(), Default::default());
         for e in entries {
             map.entry(e.key)
                 .and_modify(|ent| ent.cmax = e.cmax)
@@ -50,7 +52,7 @@ impl TupleCidHash {
 
     /// One entry for one key (a what-if).
     pub fn single(key: TupleCidKey, ent: TupleCidEnt) -> Self {
-        let mut map = HashMap::new();
+        let mut map = HashMap::default();
         map.insert(key, ent);
         TupleCidHash { map }
     }
