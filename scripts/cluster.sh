@@ -62,6 +62,11 @@ EOF
     echo "cluster pg$version started on 127.0.0.1:$PORT (log: $LOG)"
     ;;
 stop)
+    # the hot standby the multi-session tests make (pgrx-tests/src/standby.rs), if any
+    if [ -f "$W/standby/data/postmaster.pid" ]; then
+        as_pg "$BIN/pg_ctl" -D "$W/standby/data" -m fast -w -t 60 stop >/dev/null 2>&1 \
+            && echo "standby of pg$version stopped"
+    fi
     if running; then
         as_pg "$BIN/pg_ctl" -D "$DATA" -m fast -w -t 60 stop >/dev/null
         echo "cluster pg$version stopped"

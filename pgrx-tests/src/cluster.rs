@@ -291,12 +291,17 @@ impl Env {
     }
 }
 
-/// The server's WAL flush position.
+/// The server's WAL flush position (on a standby: the end of the last replayed record,
+/// as far as WAL can be read there).
 pub fn flush_lsn(c: &mut Client) -> u64 {
     parse_lsn(
-        &c.query_one("SELECT pg_current_wal_flush_lsn()::text", &[])
-            .unwrap()
-            .get::<_, String>(0),
+        &c.query_one(
+            "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
+             ELSE pg_current_wal_flush_lsn() END)::text",
+            &[],
+        )
+        .unwrap()
+        .get::<_, String>(0),
     )
 }
 

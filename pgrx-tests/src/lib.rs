@@ -16,7 +16,8 @@
 //! errors, JSON rows), [`server_log`] (the log file, builder messages), [`wal`]
 //! (RUNNING_XACTS records), [`snapfiles`] (`.snap` files), [`trace`] (trace rows),
 //! [`checks`] (what every trace is checked against, collected failures), [`decoding`]
-//! (what test_decoding emitted and what the replay says it emits).
+//! (what test_decoding emitted and what the replay says it emits), [`standby`] (a hot
+//! standby of the cluster: `Env::standby`).
 
 pub mod checks;
 pub mod cluster;
@@ -24,6 +25,7 @@ pub mod decoding;
 pub mod server_log;
 pub mod sessions;
 pub mod snapfiles;
+pub mod standby;
 pub mod trace;
 pub mod values;
 pub mod wal;
@@ -34,6 +36,7 @@ pub use decoding::*;
 pub use server_log::*;
 pub use sessions::*;
 pub use snapfiles::*;
+pub use standby::*;
 pub use trace::*;
 pub use values::*;
 pub use wal::*;

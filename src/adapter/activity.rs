@@ -250,3 +250,43 @@ pub fn horizons(slot: &str) -> Vec<Horizon> {
             .collect()
     })
 }
+
+/// On a standby, a sentence saying how far WAL can be read and why it stops there: the
+/// last replayed record and its timeline (GetXLogReplayRecPtr) and the walreceiver as
+/// `pg_stat_wal_receiver` shows it (status, primary, how far it flushed), or that none
+/// runs. `None` on a primary.
+pub fn standby_note() -> Option<String> {
+    let (replayed, tli) = crate::adapter::wal::replay_position()?;
+    let receiver = Spi::connect(|c| {
+        let rows = c
+            .select(
+                "SELECT status, sender_host, sender_port, flushed_lsn::text
+                   FROM pg_catalog.pg_stat_wal_receiver",
+                Some(1),
+                &[],
+            )
+            .ok()?;
+        let r = rows.into_iter().next()?;
+        let status = r.get::<String>(1).ok().flatten();
+        let host = r.get::<String>(2).ok().flatten();
+        let port = r.get::<i32>(3).ok().flatten();
+        let flushed = r.get::<String>(4).ok().flatten();
+        Some(format!(
+            "walreceiver {}{}{}",
+            status.as_deref().unwrap_or("(status not visible)"),
+            match (host, port) {
+                (Some(h), Some(p)) => format!(" from {h}:{p}"),
+                _ => String::new(),
+            },
+            flushed
+                .map(|f| format!(", received and flushed up to {f}"))
+                .unwrap_or_default()
+        ))
+    });
+    let receiver = receiver.unwrap_or_else(|| {
+        "no walreceiver is running (pg_stat_wal_receiver is empty): no WAL arrives from the primary until one connects (primary_conninfo; see this standby's log)".into()
+    });
+    Some(format!(
+        "this server is a standby: WAL is read up to the last replayed record, {replayed} on timeline {tli}; {receiver}"
+    ))
+}

@@ -101,9 +101,14 @@ mod compat {
         }
     }
 
-    /// `GetFlushRecPtr`: how far WAL is flushed.
+    /// How far WAL can be read: `GetFlushRecPtr` on a primary, `GetXLogReplayRecPtr` on a
+    /// standby (as read_local_xlog_page_guts and pg_walinspect's GetCurrentLSN choose).
     pub unsafe fn flush_ptr() -> u64 {
-        pg_sys::GetFlushRecPtr(std::ptr::null_mut())
+        if pg_sys::RecoveryInProgress() {
+            pg_sys::GetXLogReplayRecPtr(std::ptr::null_mut())
+        } else {
+            pg_sys::GetFlushRecPtr(std::ptr::null_mut())
+        }
     }
 
     /// rm_name and rm_identify of a resource manager, if it exists.
@@ -145,7 +150,7 @@ mod compat {
         target_rec_ptr: pg_sys::XLogRecPtr,
         cur_page: *mut std::ffi::c_char,
     ) -> std::ffi::c_int {
-        if target_page_ptr + req_len as u64 > GetFlushRecPtr() {
+        if target_page_ptr + req_len as u64 > flush_ptr() {
             (*((*state).private_data as *mut Private)).end_of_wal = true;
             return -1;
         }
@@ -191,9 +196,14 @@ mod compat {
         }
     }
 
-    /// `GetFlushRecPtr`: how far WAL is flushed.
+    /// How far WAL can be read: `GetFlushRecPtr` on a primary, `GetXLogReplayRecPtr` on a
+    /// standby (as read_local_xlog_page does).
     pub unsafe fn flush_ptr() -> u64 {
-        GetFlushRecPtr()
+        if pg_sys::RecoveryInProgress() {
+            pg_sys::GetXLogReplayRecPtr(std::ptr::null_mut())
+        } else {
+            GetFlushRecPtr()
+        }
     }
 
     pub unsafe fn rmgr(rmid: u8) -> Option<pg_sys::RmgrData> {
@@ -422,9 +432,48 @@ pub fn segment_written_at(lsn: Lsn) -> Option<i64> {
     Some(unix.as_micros() as i64 - 946_684_800_000_000)
 }
 
-/// How far WAL is flushed now (`GetFlushRecPtr`).
+/// How far WAL can be read now: the flush position on a primary (`GetFlushRecPtr`), the
+/// end of the last replayed record on a standby (`GetXLogReplayRecPtr`, on the timeline
+/// recovery replays; GetFlushRecPtr is meaningless during recovery). The WAL reader's page
+/// callback (xlogutils.c read_local_xlog_page_guts) reads up to the same position.
 pub fn flush_lsn() -> Lsn {
     Lsn(unsafe { compat::flush_ptr() })
+}
+
+/// Whether this server is in recovery (a standby): `RecoveryInProgress`.
+pub fn in_recovery() -> bool {
+    unsafe { pg_sys::RecoveryInProgress() }
+}
+
+/// On a standby: the end of the last replayed record and its timeline
+/// (`GetXLogReplayRecPtr`); `None` on a primary.
+pub fn replay_position() -> Option<(Lsn, u32)> {
+    unsafe {
+        pg_sys::RecoveryInProgress().then(|| {
+            let mut tli: pg_sys::TimeLineID = 0;
+            let lsn = pg_sys::GetXLogReplayRecPtr(&mut tli);
+            (Lsn(lsn), tli)
+        })
+    }
+}
+
+/// ERROR `feature_not_supported` (0A000, the SQLSTATE logical.c
+/// CheckLogicalDecodingRequirements raises for "logical decoding cannot be used while in
+/// recovery" before 16) on a standby of PostgreSQL 14 or 15, which cannot decode in
+/// recovery: a replay there would describe a decoder the server can never run. `what`
+/// names the function's subject.
+pub fn check_decoding_possible(what: &str) {
+    let v = crate::adapter::server_version();
+    if v.major < 16 && in_recovery() {
+        crate::adapter::raise_with_detail(
+            C::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "logical decoding on a standby needs PostgreSQL 16 or later",
+            format!(
+                "This server (PostgreSQL {}) is in recovery; {what} replays a logical decoder, which PostgreSQL {} cannot run on a standby. Run it on the primary.",
+                v.major, v.major
+            ),
+        );
+    }
 }
 
 /// The NUL-terminated gid of a parsed commit, abort or prepare record (empty if none).

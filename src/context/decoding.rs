@@ -144,8 +144,19 @@ impl DecodingContext {
             Replay::new(&self.input.params, self.input.slot_db).builder_row_at(self.input.start);
         row.record = "REPLAY START".into();
         let mut label = self.input.label.clone();
+        let standby = crate::adapter::activity::standby_note();
         if self.stopped == Some(Stop::NothingFlushedYet) {
-            label.push_str(&format!("; {}", Stop::NothingFlushedYet.text()));
+            label.push_str(&format!(
+                "; {}",
+                if standby.is_some() {
+                    "no complete WAL record after the start position has been replayed on this standby yet"
+                } else {
+                    Stop::NothingFlushedYet.text()
+                }
+            ));
+        }
+        if let Some(note) = standby {
+            label.push_str(&format!("; {note}"));
         }
         row.message = Some(label);
         row.interesting = true;

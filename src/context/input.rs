@@ -60,8 +60,10 @@ pub fn for_slot(slot_name: &str, all_records: bool) -> ReplayInput {
 /// [`for_slot`] for a slot already copied out of shared memory.
 ///
 /// Errors: `object_not_in_prerequisite_state` (55000) for a physical slot or one without
-/// restart_lsn.
+/// restart_lsn; `feature_not_supported` (0A000) on a standby of PostgreSQL 14 or 15 (no
+/// decoding in recovery there).
 pub fn for_slot_copy(slot: SlotCopy, all_records: bool) -> ReplayInput {
+    crate::adapter::wal::check_decoding_possible("replaying a slot");
     if !slot.logical {
         raise(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -86,6 +88,12 @@ pub fn for_slot_copy(slot: SlotCopy, all_records: bool) -> ReplayInput {
         },
         params.version.major
     );
+    let label = match &slot.invalidation_reason {
+        Some(reason) => format!(
+            "{label}; the slot is invalidated ({reason}): the server decodes nothing from it any more, the rows are what a decoder would have done"
+        ),
+        None => label,
+    };
     ReplayInput {
         slot_db: slot.datoid,
         start: Lsn(slot.restart_lsn),
@@ -103,7 +111,8 @@ pub fn for_slot_copy(slot: SlotCopy, all_records: bool) -> ReplayInput {
 /// project's SQLSTATEs, and returns `(start, end)`.
 ///
 /// Errors: `null_value_not_allowed` (22004) for a NULL start; `invalid_parameter_value`
-/// (22023) for start 0/0, a start past the end of flushed WAL, or an end before the start.
+/// (22023) for start 0/0, a start past the end of flushed WAL (on a standby: of replayed
+/// WAL), or an end before the start.
 pub fn validate_input_lsns(start: Option<u64>, end: Option<u64>) -> (Lsn, Option<Lsn>) {
     let Some(start) = start else {
         raise(
@@ -119,12 +128,13 @@ pub fn validate_input_lsns(start: Option<u64>, end: Option<u64>) -> (Lsn, Option
     }
     let flushed = flush_lsn();
     if start > flushed.0 {
+        let what = match crate::adapter::activity::standby_note() {
+            Some(note) => format!("replayed WAL ({flushed}); {note}"),
+            None => format!("flushed WAL ({flushed})"),
+        };
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!(
-                "start_lsn {} is past the end of flushed WAL ({flushed})",
-                Lsn(start)
-            ),
+            format!("start_lsn {} is past the end of {what}", Lsn(start)),
         );
     }
     if let Some(end) = end.filter(|e| *e < start) {
@@ -151,8 +161,10 @@ pub struct RangeArgs {
 
 /// The replay of an LSN range without a slot, decoding for the current database.
 ///
-/// Errors: as [`validate_input_lsns`].
+/// Errors: as [`validate_input_lsns`]; `feature_not_supported` (0A000) on a standby of
+/// PostgreSQL 14 or 15 (no decoding in recovery there).
 pub fn for_range(a: RangeArgs) -> ReplayInput {
+    crate::adapter::wal::check_decoding_possible("snapbuild_trace_range");
     let (start, end) = validate_input_lsns(a.start_lsn, a.end_lsn);
     let params = BuilderParams {
         version: server_version(),

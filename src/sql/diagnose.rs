@@ -75,7 +75,9 @@ fn row(f: Finding) -> DiagnoseRow {
 ///   waits for (the last RUNNING_XACTS's top-level xids before the cutoff)
 ///   `waiting for transaction` (the backend holding it in pg_locks: `pid` and
 ///   pg_stat_activity's columns), `waiting for prepared transaction` (`gid`, owner as
-///   `usename`, `datname`, prepared at as `since`) or `waiting for ended transaction`; and
+///   `usename`, `datname`, prepared at as `since`), `waiting for primary transaction` (on
+///   a standby: no holder is visible there; the remedy is the query to run on the primary)
+///   or `waiting for ended transaction`; and
 ///   `waiting for WAL` when no live transaction is left (remedy: `pg_log_standby_snapshot()`
 ///   on 16+, `CHECKPOINT` on 14/15; `bytes`: WAL flushed after the last record read).
 /// - A created slot: `restart_lsn held` (the reorder buffer's oldest running transaction

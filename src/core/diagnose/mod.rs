@@ -95,7 +95,7 @@ pub struct Horizon {
 #[derive(Clone, Debug)]
 pub struct ServerFacts {
     pub version: PgVersion,
-    /// pg_current_wal_flush_lsn (pg_last_wal_receive_lsn / replay on a standby).
+    /// pg_current_wal_flush_lsn (on a standby: the replay position, pg_last_wal_replay_lsn).
     pub flush_lsn: Lsn,
     /// The next xid to be assigned (32-bit), for ages.
     pub next_xid: TransactionId,
@@ -161,6 +161,9 @@ pub enum FindingKind {
     WaitingForTransaction,
     /// The creation waits for a prepared transaction.
     WaitingForPreparedTransaction,
+    /// On a standby: a waited-for transaction of the primary (no holder is visible here;
+    /// the primary's sessions hold it, or it has ended there).
+    WaitingForPrimaryTransaction,
     /// A waited-for transaction has ended; the builder learns it from the next RUNNING_XACTS.
     WaitingForEndedTransaction,
     /// Nothing left to wait for but a newer RUNNING_XACTS record.
@@ -194,6 +197,7 @@ impl FindingKind {
             FindingKind::CreationWaiting => "creation waiting",
             FindingKind::WaitingForTransaction => "waiting for transaction",
             FindingKind::WaitingForPreparedTransaction => "waiting for prepared transaction",
+            FindingKind::WaitingForPrimaryTransaction => "waiting for primary transaction",
             FindingKind::WaitingForEndedTransaction => "waiting for ended transaction",
             FindingKind::WaitingForWal => "waiting for WAL",
             FindingKind::RestartLsnHeld => "restart_lsn held",
@@ -258,6 +262,24 @@ fn wal_remedy(server: &ServerFacts) -> String {
         format!("SELECT pg_log_standby_snapshot(){on} (logs a RUNNING_XACTS record now; the background writer logs one every 15 s while WAL is written)")
     } else {
         format!("CHECKPOINT{on} (logs a RUNNING_XACTS record; the background writer logs one every 15 s while WAL is written)")
+    }
+}
+
+/// On a standby: how to find the primary's holder of `xid` and end it, then log a
+/// RUNNING_XACTS there.
+fn primary_remedy(xid: TransactionId, server: &ServerFacts) -> String {
+    format!(
+        "on the primary, find its holder: SELECT l.pid, a.datname, a.state, a.xact_start, a.query, p.gid FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid LEFT JOIN pg_prepared_xacts p ON p.transaction = l.transactionid WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.transactionid = '{xid}'::xid; end it there (COMMIT or ROLLBACK in that session, pg_terminate_backend(pid), or COMMIT/ROLLBACK PREPARED 'gid'); then {}",
+        wal_remedy(server)
+    )
+}
+
+/// What `flush_lsn` is: the flush position, or on a standby the replay position.
+fn end_name(server: &ServerFacts) -> &'static str {
+    if server.in_recovery {
+        "replay position (a standby)"
+    } else {
+        "flush position"
     }
 }
 
@@ -572,6 +594,23 @@ fn creation_findings(
                 f.remedy = Some(prepared_remedy(p));
                 out.push(f);
             }
+            None if server.in_recovery => {
+                // A standby: RUNNING_XACTS and the xids in it come from the primary, whose
+                // sessions this server cannot see (its pg_locks has no lock for them).
+                let at = last_lsn.unwrap_or(slot.restart_lsn);
+                let mut f = Finding::new(
+                    FindingKind::WaitingForPrimaryTransaction,
+                    format!(
+                        "xid {x} was running on the primary at the RUNNING_XACTS replayed at {at}; this server is a standby and cannot see the primary's sessions: the transaction runs there, or has ended there since; the snapshot builder learns that it ended from the primary's next RUNNING_XACTS"
+                    ),
+                );
+                f.xid = Some(*x);
+                f.lsn = last_lsn;
+                f.remedy = Some(primary_remedy(*x, server));
+                out.push(f);
+                // Not known to have ended: no "waiting for WAL" row beside it.
+                live += 1;
+            }
             None => {
                 let mut f = Finding::new(
                     FindingKind::WaitingForEndedTransaction,
@@ -604,9 +643,18 @@ fn creation_findings(
             ),
             _ => String::new(),
         };
+        let standby = if server.in_recovery {
+            format!(
+                "; this server is a standby: RUNNING_XACTS records come only from the primary (replayed up to {}, {} bytes after the last one read)",
+                server.flush_lsn,
+                bytes_between(last_lsn.unwrap_or(slot.restart_lsn), server.flush_lsn)
+            )
+        } else {
+            String::new()
+        };
         let mut f = Finding::new(
             FindingKind::WaitingForWal,
-            format!("the creation waits for WAL: {why}{age}"),
+            format!("the creation waits for WAL: {why}{age}{standby}"),
         );
         f.since = last.and(b.last_running_written_by);
         f.lsn = last_lsn.or(Some(slot.restart_lsn));
@@ -752,8 +800,10 @@ fn created_findings(
     let mut f = Finding::new(
         FindingKind::ConsumerLag,
         format!(
-            "confirmed_flush {} is {lag} bytes behind the flush position {}",
-            slot.confirmed_flush, server.flush_lsn
+            "confirmed_flush {} is {lag} bytes behind the {} {}",
+            slot.confirmed_flush,
+            end_name(server),
+            server.flush_lsn
         ),
     );
     f.lsn = Some(slot.confirmed_flush);
@@ -764,8 +814,10 @@ fn created_findings(
     let mut f = Finding::new(
         FindingKind::RetainedWal,
         format!(
-            "the slot keeps {kept} bytes of WAL, from restart_lsn {} to the flush position {}",
-            slot.restart_lsn, server.flush_lsn
+            "the slot keeps {kept} bytes of WAL, from restart_lsn {} to the {} {}",
+            slot.restart_lsn,
+            end_name(server),
+            server.flush_lsn
         ),
     );
     f.lsn = Some(slot.restart_lsn);
@@ -1041,6 +1093,52 @@ mod tests {
             f[2].remedy.as_deref(),
             Some("COMMIT PREPARED 'g''1' or ROLLBACK PREPARED 'g''1'")
         );
+    }
+
+    #[test]
+    fn on_a_standby_unheld_xids_are_the_primarys() {
+        let b = BuilderFacts {
+            state: Some(SnapBuildState::BuildingSnapshot),
+            next_phase_at: 900,
+            last_running: Some((Lsn(0x1800), running(905, &[850], &[]))),
+            replayed_to: Lsn(0x1900),
+            ..Default::default()
+        };
+        let standby = ServerFacts {
+            in_recovery: true,
+            ..server(16)
+        };
+        let f = diagnose(&creating(), Some(&b), &standby, &[]);
+        assert_eq!(
+            kinds(&f),
+            vec!["creation waiting", "waiting for primary transaction"]
+        );
+        assert_eq!(f[1].xid, Some(850));
+        let remedy = f[1].remedy.as_deref().unwrap();
+        assert!(remedy.contains("'850'::xid"), "{remedy}");
+        assert!(
+            remedy.contains("SELECT pg_log_standby_snapshot() on the primary"),
+            "{remedy}"
+        );
+        // Nothing to wait for but the primary's next RUNNING_XACTS.
+        let b = BuilderFacts {
+            state: Some(SnapBuildState::Start),
+            last_running: None,
+            replayed_to: Lsn(0x1000),
+            ..Default::default()
+        };
+        let f = diagnose(&creating(), Some(&b), &standby, &[]);
+        assert_eq!(kinds(&f), vec!["creation waiting", "waiting for WAL"]);
+        assert!(
+            f[1].finding.contains("this server is a standby"),
+            "{}",
+            f[1].finding
+        );
+        assert!(f[1]
+            .remedy
+            .as_deref()
+            .unwrap()
+            .starts_with("SELECT pg_log_standby_snapshot() on the primary"));
     }
 
     #[test]

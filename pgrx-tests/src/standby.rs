@@ -1,0 +1,301 @@
+//! A hot standby of the test cluster: made with `pg_basebackup -R` from the primary,
+//! streaming over 127.0.0.1 through a physical slot, with `hot_standby_feedback = on` (so
+//! the primary's VACUUM does not remove catalog rows a logical slot on the standby needs).
+//! It lives in `<primary data dir>/../standby/` (data, server.log, sock) and listens on the
+//! primary's port + 50. A [`Standby`] stops the server when dropped (at the end of the
+//! test: a standby with hot_standby_feedback must not hold the primary's xmin during the
+//! other tests); the next test starts it again, and makes a new one when it no longer
+//! streams from this primary (e.g. after a promotion). `scripts/cluster.sh stop MAJOR`
+//! stops one left running with the primary.
+
+use crate::cluster::{wait_for, Env};
+use crate::values::{err_text, parse_lsn};
+use postgres::Client;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// The physical slot on the primary the standby streams from (`primary_slot_name`).
+pub const STANDBY_SLOT: &str = "pgsnap_standby";
+
+/// A running standby of the test cluster; stopped (fast shutdown) when dropped.
+#[derive(Debug)]
+pub struct Standby {
+    /// The standby as a cluster: its port, log file and data directory.
+    pub env: Env,
+    /// The primary.
+    pub primary: Env,
+    bin: PathBuf,
+}
+
+/// `cmd` as the OS user postgres (through `sudo -n` unless already that user), from `/`.
+fn as_pg(program: &Path) -> Command {
+    let me = Command::new("id")
+        .arg("-un")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let mut c = if me == "postgres" {
+        Command::new(program)
+    } else {
+        let mut c = Command::new("sudo");
+        c.args(["-n", "-u", "postgres", "--"]).arg(program);
+        c
+    };
+    c.current_dir("/");
+    c
+}
+
+fn run(mut c: Command, what: &str) -> Result<String, String> {
+    let out = c.output().map_err(|e| format!("{what}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{what} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The directory holding `pg_ctl` in `PATH` (`cluster.sh env` puts the cluster's `bin`
+/// first).
+fn bin_dir() -> PathBuf {
+    std::env::var_os("PATH")
+        .and_then(|p| std::env::split_paths(&p).find(|d| d.join("pg_ctl").is_file()))
+        .expect("pg_ctl is not in PATH (eval \"$(scripts/cluster.sh env MAJOR)\")")
+}
+
+impl Env {
+    /// The standby of this cluster, made and started if it is not running (see the
+    /// module's doc), caught up with the primary's current WAL position. Panics with the
+    /// tools' output when it cannot be made.
+    pub fn standby(&self) -> Standby {
+        let bin = bin_dir();
+        let dir = self
+            .pgdata
+            .parent()
+            .expect("PGSNAP_PGDATA has a parent")
+            .join("standby");
+        let sb = Standby {
+            env: Env {
+                port: self.port + 50,
+                log: dir.join("server.log"),
+                pgdata: dir.join("data"),
+                ..self.clone()
+            },
+            primary: self.clone(),
+            bin,
+        };
+        if !sb.follows_primary() {
+            // A standby stopped by an earlier test: start it, and keep it if it streams
+            // from this primary again within 10 s.
+            let restarted = sb.env.pgdata.join("standby.signal").exists()
+                && !sb.env.pgdata.join("postmaster.pid").exists()
+                && sb.start().is_ok()
+                && (0..100).any(|_| {
+                    std::thread::sleep(Duration::from_millis(100));
+                    sb.follows_primary()
+                });
+            if !restarted {
+                sb.stop();
+                sb.make()
+                    .unwrap_or_else(|e| panic!("making the standby: {e}"));
+            }
+        }
+        let mut p = self.connect("pgsnap-standby");
+        sb.wait_replayed(&mut p);
+        sb
+    }
+}
+
+impl Standby {
+    fn pg_ctl(&self) -> PathBuf {
+        self.bin.join("pg_ctl")
+    }
+
+    /// Whether a standby runs on its port, in recovery, streaming from this primary.
+    fn follows_primary(&self) -> bool {
+        if !self.env.pgdata.join("postmaster.pid").exists() {
+            return false;
+        }
+        let mut cfg = postgres::Config::new();
+        cfg.host(&self.env.host)
+            .port(self.env.port)
+            .user(&self.env.user)
+            .dbname(&self.env.dbname)
+            .connect_timeout(Duration::from_secs(5));
+        let Ok(mut c) = cfg.connect(postgres::NoTls) else {
+            return false;
+        };
+        let Ok(r) = c.query_one(
+            "SELECT pg_is_in_recovery(), (SELECT count(*) FROM pg_stat_wal_receiver \
+             WHERE status = 'streaming' AND sender_port = $1)",
+            &[&(self.primary.port as i32)],
+        ) else {
+            return false;
+        };
+        r.get::<_, bool>(0) && r.get::<_, i64>(1) == 1
+    }
+
+    /// pg_basebackup -R from the primary into a fresh data directory (a physical slot
+    /// made by `-C -S`), settings of its own, started.
+    fn make(&self) -> Result<(), String> {
+        let dir = self.env.pgdata.parent().unwrap().to_path_buf();
+        // A previous standby's slot on the primary would be in the way of -C.
+        let mut p = self.primary.connect("pgsnap-standby");
+        p.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+             WHERE slot_name = $1 AND NOT active",
+            &[&STANDBY_SLOT],
+        )
+        .map_err(|e| err_text(&e))?;
+        let mut rm = as_pg(Path::new("/bin/rm"));
+        rm.arg("-rf").arg(&self.env.pgdata);
+        run(rm, "rm -rf standby data")?;
+        let mut mk = as_pg(Path::new("/bin/mkdir"));
+        mk.arg("-p").arg(dir.join("sock"));
+        run(mk, "mkdir standby dir")?;
+        let mut bb = as_pg(&self.bin.join("pg_basebackup"));
+        bb.arg("-h")
+            .arg(&self.primary.host)
+            .arg("-p")
+            .arg(self.primary.port.to_string())
+            .args([
+                "-U", "postgres", "-X", "stream", "-c", "fast", "-R", "-C", "-S",
+            ])
+            .arg(STANDBY_SLOT)
+            .arg("-D")
+            .arg(&self.env.pgdata);
+        run(bb, "pg_basebackup")?;
+        // -R writes a primary_conninfo with every option this libpq knows; the walreceiver
+        // may load an older libpq that refuses some of them: keep the basic ones only.
+        let auto = self.env.pgdata.join("postgresql.auto.conf");
+        let script = format!(
+            "set -e; grep -v '^primary_conninfo' '{a}' > '{a}.new'; mv '{a}.new' '{a}'; \
+             echo \"primary_conninfo = 'host={h} port={p} user={u} dbname=postgres application_name=pgsnap_standby'\" >> '{a}'; \
+             cat > '{d}/pg_snapbuild.conf' <<EOF\n\
+wal_level = logical\nmax_replication_slots = 20\nmax_wal_senders = 20\n\
+max_prepared_transactions = 10\nlisten_addresses = '127.0.0.1'\nport = {sp}\n\
+unix_socket_directories = '{sock}'\nlog_line_prefix = '%m [%p] '\nfsync = off\n\
+hot_standby_feedback = on\nprimary_slot_name = '{slot}'\n\
+EOF\n",
+            a = auto.display(),
+            h = self.primary.host,
+            p = self.primary.port,
+            u = self.primary.user,
+            d = self.env.pgdata.display(),
+            sp = self.env.port,
+            sock = dir.join("sock").display(),
+            slot = STANDBY_SLOT,
+        );
+        let mut sh = as_pg(Path::new("/bin/sh"));
+        sh.arg("-c").arg(script);
+        run(sh, "writing the standby's settings")?;
+        self.start()
+    }
+
+    /// `pg_ctl start` with the log at [`Standby::env`]'s `log`; waits until it accepts
+    /// connections (a hot standby does once consistent).
+    pub fn start(&self) -> Result<(), String> {
+        let mut c = as_pg(&self.pg_ctl());
+        c.arg("start")
+            .arg("-D")
+            .arg(&self.env.pgdata)
+            .args(["-w", "-t", "120", "-l"])
+            .arg(&self.env.log);
+        run(c, "pg_ctl start (standby)").map(|_| ())
+    }
+
+    /// Fast shutdown, if it runs.
+    pub fn stop(&self) {
+        if self.env.pgdata.join("postmaster.pid").exists() {
+            let mut c = as_pg(&self.pg_ctl());
+            c.arg("stop")
+                .arg("-D")
+                .arg(&self.env.pgdata)
+                .args(["-m", "fast", "-w", "-t", "60"]);
+            let _ = run(c, "pg_ctl stop (standby)");
+        }
+    }
+
+    /// `pg_ctl promote`: the standby ends recovery and becomes a primary on a new timeline
+    /// (the standby is gone; the next [`Env::standby`] makes a new one).
+    pub fn promote(&self) -> Result<(), String> {
+        let mut c = as_pg(&self.pg_ctl());
+        c.arg("promote")
+            .arg("-D")
+            .arg(&self.env.pgdata)
+            .args(["-w", "-t", "60"]);
+        run(c, "pg_ctl promote").map(|_| ())
+    }
+
+    /// A session on the standby.
+    pub fn connect(&self, app: &str) -> Client {
+        self.env.connect(app)
+    }
+
+    /// Waits (at most 60 s) until the standby has replayed the primary's WAL up to its
+    /// current insert position; returns that position.
+    pub fn wait_replayed(&self, primary: &mut Client) -> u64 {
+        let target = parse_lsn(
+            &primary
+                .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+                .unwrap()
+                .get::<_, String>(0),
+        );
+        self.wait_replayed_to(target);
+        target
+    }
+
+    /// Waits (at most 60 s) until the standby has replayed WAL up to `target`.
+    pub fn wait_replayed_to(&self, target: u64) {
+        let mut s = self.connect("pgsnap-standby-wait");
+        wait_for(
+            &format!("the standby replaying up to {}", crate::fmt_lsn(target)),
+            Duration::from_secs(60),
+            || replay_lsn(&mut s) >= target,
+        );
+    }
+}
+
+impl Drop for Standby {
+    /// Stops the standby, then drops and re-creates its physical slot on the primary
+    /// (reserving WAL from the last checkpoint's redo, before what the standby replayed):
+    /// the slot would otherwise keep the xmin the standby's feedback set.
+    fn drop(&mut self) {
+        self.stop();
+        let mut p = self.primary.connect("pgsnap-standby");
+        let inactive = (0..50).any(|_| {
+            let active: bool = p
+                .query_opt(
+                    "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
+                    &[&STANDBY_SLOT],
+                )
+                .ok()
+                .flatten()
+                .map(|r| r.get(0))
+                .unwrap_or(false);
+            if active {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            !active
+        });
+        if inactive {
+            let _ = p.batch_execute(&format!(
+                "SELECT pg_drop_replication_slot('{STANDBY_SLOT}'); \
+                 SELECT pg_create_physical_replication_slot('{STANDBY_SLOT}', true)"
+            ));
+        }
+    }
+}
+
+/// `pg_last_wal_replay_lsn()` of a standby session.
+pub fn replay_lsn(s: &mut Client) -> u64 {
+    s.query_one(
+        "SELECT coalesce(pg_last_wal_replay_lsn(), '0/0')::text",
+        &[],
+    )
+    .map(|r| parse_lsn(&r.get::<_, String>(0)))
+    .unwrap_or(0)
+}

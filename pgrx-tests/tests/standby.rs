@@ -1,0 +1,965 @@
+//! Logical slots on a hot standby (PostgreSQL 16+): pg_snapbuild run on the standby
+//! against the standby's own verdicts.
+//!
+//! The standby is made from the test cluster with `pg_basebackup -R` ([`Env::standby`]).
+//! Transactions run on the primary; RUNNING_XACTS records come from the primary
+//! (`pg_log_standby_snapshot()`), and the standby's creating backend logs its builder
+//! messages into the standby's log. Every comparison is with the standby: its LOG lines,
+//! its `pg_replication_slots`, the `.snap` files it writes, what `test_decoding` emits
+//! there; the xids and pids named by the diagnosis are the primary's sessions, found by
+//! running the diagnosis's own query on the primary.
+//!
+//! On 14 and 15 (no decoding on a standby) only `st3` runs: functions that would decode
+//! raise the server's SQLSTATE for that (0A000) there. The others print `SKIPPED:` with
+//! the reason.
+
+use pg_snapbuild_tests::*;
+use postgres::Client;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(30);
+const CREATE_TIMEOUT: Duration = Duration::from_secs(90);
+
+fn trace_ok(c: &mut Client, slot: &str) -> Vec<TraceRow> {
+    trace(c, slot).unwrap_or_else(|e| panic!("snapbuild_trace('{slot}') failed: {}", err_text(&e)))
+}
+
+fn kinds(msgs: &[(u64, LogEntry)]) -> Vec<&'static str> {
+    msgs.iter().map(|(_, e)| log_branch(e)).collect()
+}
+
+/// Logical decoding on a standby exists from 16 on.
+fn decoding_on_standby(env: &Env, test: &str) -> bool {
+    if env.major < 16 {
+        println!(
+            "SKIPPED: {test}: PostgreSQL {} cannot decode on a standby (logical slots on a standby need 16+)",
+            env.major
+        );
+        return false;
+    }
+    true
+}
+
+/// (kind, xid, finding, remedy) rows of `snapbuild_diagnose(slot)`.
+fn diagnosis(c: &mut Client, slot: &str) -> Vec<(String, Option<u64>, String, Option<String>)> {
+    c.query(
+        "SELECT kind, xid::text, finding, remedy FROM snapbuild_diagnose($1)",
+        &[&slot],
+    )
+    .unwrap_or_else(|e| panic!("snapbuild_diagnose({slot}): {}", err_text(&e)))
+    .iter()
+    .map(|r| {
+        (
+            r.get::<_, String>(0),
+            r.get::<_, Option<String>>(1).map(|x| x.parse().unwrap()),
+            r.get::<_, String>(2),
+            r.get::<_, Option<String>>(3),
+        )
+    })
+    .collect()
+}
+
+/// The builder's messages of the standby's creating backend so far.
+fn messages(sb: &Standby, off: u64, pid: i32) -> Vec<(u64, LogEntry)> {
+    builder_messages(&log_entries_since(&sb.env, off), pid)
+}
+
+/// Waits until the standby's creating backend has logged a builder message of kind `k`.
+fn wait_logged(sb: &Standby, off: u64, pid: i32, k: &str) -> Vec<(u64, LogEntry)> {
+    let mut msgs = Vec::new();
+    wait_for(
+        &format!("the standby's creating backend to log {k}"),
+        WAIT,
+        || {
+            msgs = messages(sb, off, pid);
+            kinds(&msgs).contains(&k)
+        },
+    );
+    msgs
+}
+
+/// The standby's trace of `slot`, checked against the standby's WAL (pg_walinspect there)
+/// and its log lines `msgs` so far.
+fn check_standby_trace(
+    sc: &mut Client,
+    slot: &str,
+    msgs: &[(u64, LogEntry)],
+    stats: &mut TraceStats,
+) -> Vec<TraceRow> {
+    let ss = server_slot(sc, slot);
+    let replayed = replay_lsn(sc);
+    let rows = trace_ok(sc, slot);
+    *stats += check_trace_against_wal(sc, ss.restart_lsn, replayed, &rows);
+    compare_log_with_trace(msgs, &rows, None);
+    rows
+}
+
+/// The primary's holder of `xid` found by the query a `waiting for primary transaction`
+/// remedy gives (the part before `; end it there`), run on the primary: its pid.
+fn pid_by_remedy(pc: &mut Client, remedy: &str) -> Option<i32> {
+    let start = remedy.find("SELECT ")?;
+    let end = remedy[start..].find("; end it there")? + start;
+    let rows = pc
+        .query(&remedy[start..end], &[])
+        .unwrap_or_else(|e| panic!("the remedy's query on the primary: {}", err_text(&e)));
+    rows.first().and_then(|r| r.get::<_, Option<i32>>(0))
+}
+
+// ---------------------------------------------------------------------------------------
+// st1: c-1 / c-2 / c-3 on the standby, the diagnosis, decoding and .snap files there
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn st1_standby_creation_c1_c2_c3_then_decoding() {
+    let Some((_g, env, mut pc)) = start() else {
+        return;
+    };
+    if !decoding_on_standby(&env, "st1") {
+        return;
+    }
+    let sb = env.standby();
+    let mut sc = sb.connect("pgsnap-st1");
+    let slot = "pgsnap_st1";
+    let _guard = SlotGuard::new(&sb.env, slot);
+    pc.batch_execute("DROP TABLE IF EXISTS pgsnap_st1_t; CREATE TABLE pgsnap_st1_t (id int)")
+        .unwrap();
+    let xa = OpenXact::begin(&env, "pgsnap-st1-a");
+    let xb = OpenXact::begin(&env, "pgsnap-st1-b");
+    let (a, b) = (xa.xid, xb.xid);
+    sb.wait_replayed(&mut pc);
+    let off = log_offset(&sb.env);
+    let cr = Creation::start(&sb.env, slot, "test_decoding");
+    wait_for("the slot to appear on the standby", WAIT, || {
+        sc.query_one(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .unwrap()
+        .get::<_, i64>(0)
+            == 1
+    });
+    let mut stats = TraceStats::default();
+
+    // --- c-1: the primary's RUNNING_XACTS runs a and b
+    env.log_standby_snapshot(&mut pc);
+    let msgs = wait_logged(&sb, off, cr.pid, "c-1");
+    let rows = check_standby_trace(&mut sc, slot, &msgs, &mut stats);
+    let c1 = rows
+        .iter()
+        .find(|r| r.branch_is("c-1"))
+        .unwrap_or_else(|| panic!("no c-1 row:\n{}", dump(&rows)));
+    let wx = c1.wait_xids.clone().unwrap_or_default();
+    assert!(
+        wx.contains(&a) && wx.contains(&b),
+        "c-1 waits for the primary's a={a} and b={b}:\n{}",
+        dump(&rows)
+    );
+    // The diagnosis on the standby: a and b are the primary's; its query finds their
+    // sessions there.
+    let d = diagnosis(&mut sc, slot);
+    let primary_rows: Vec<_> = d
+        .iter()
+        .filter(|r| r.0 == "waiting for primary transaction")
+        .collect();
+    let named: BTreeSet<u64> = primary_rows.iter().filter_map(|r| r.1).collect();
+    assert!(
+        named.contains(&a) && named.contains(&b),
+        "the diagnosis names a={a} and b={b} as the primary's:\n{d:#?}"
+    );
+    assert!(
+        !d.iter().any(|r| r.0 == "waiting for ended transaction"),
+        "on a standby no xid is called ended for want of a local holder:\n{d:#?}"
+    );
+    let mut found = 0;
+    for r in &primary_rows {
+        let remedy = r.3.as_deref().unwrap();
+        assert!(
+            remedy.contains("SELECT pg_log_standby_snapshot() on the primary"),
+            "{remedy}"
+        );
+        let pid = pid_by_remedy(&mut pc, remedy);
+        if r.1 == Some(a) {
+            assert_eq!(pid, Some(xa.pid), "the remedy's query finds a's session");
+            found += 1;
+        } else if r.1 == Some(b) {
+            assert_eq!(pid, Some(xb.pid), "the remedy's query finds b's session");
+            found += 1;
+        }
+    }
+
+    // --- c-2: d begins after the first record; a and b end; a new record
+    let xd = OpenXact::begin(&env, "pgsnap-st1-d");
+    let dx = xd.xid;
+    xa.commit();
+    xb.commit();
+    env.log_standby_snapshot(&mut pc);
+    let msgs = wait_logged(&sb, off, cr.pid, "c-2");
+    let rows = check_standby_trace(&mut sc, slot, &msgs, &mut stats);
+    let c2 = rows
+        .iter()
+        .find(|r| r.branch_is("c-2"))
+        .unwrap_or_else(|| panic!("no c-2 row:\n{}", dump(&rows)));
+    assert!(
+        c2.wait_xids.clone().unwrap_or_default().contains(&dx),
+        "c-2 waits for d={dx}:\n{}",
+        dump(&rows)
+    );
+
+    // --- c-3: e begins after FULL; d ends; a new record runs e
+    let xe = OpenXact::begin(&env, "pgsnap-st1-e");
+    let e = xe.xid;
+    xd.commit();
+    env.log_standby_snapshot(&mut pc);
+    let cpid = cr.pid;
+    let ret = cr.wait(CREATE_TIMEOUT);
+    let msgs = messages(&sb, off, cpid);
+    let k = kinds(&msgs);
+    assert_eq!(
+        k.last(),
+        Some(&"c-3"),
+        "e was running: the standby takes c-3:\n{}",
+        dump_log(&msgs)
+    );
+    let ss = server_slot(&mut sc, slot);
+    assert_eq!(
+        ss.confirmed_flush,
+        Some(ret),
+        "creation result = confirmed_flush"
+    );
+    let rows = check_standby_trace(&mut sc, slot, &msgs, &mut stats);
+    let crow =
+        consistent_row(&rows).unwrap_or_else(|| panic!("never consistent:\n{}", dump(&rows)));
+    assert_eq!(
+        crow.lsn,
+        Some(msgs.last().unwrap().0),
+        "consistent where the standby logged it:\n{}",
+        dump(&rows)
+    );
+    assert_eq!(
+        crow.end_lsn,
+        Some(ret),
+        "consistent row ends at the creation's result:\n{}",
+        dump(&rows)
+    );
+    assert!(crow.branch_is("c-3"), "{}", dump(&rows));
+    assert!(
+        crow.running_xids.clone().unwrap_or_default().contains(&e),
+        "c-3 record runs e={e}:\n{}",
+        dump(&rows)
+    );
+    assert_eq!(rows[0].start_decoding_at, Some(ret));
+    xe.commit();
+
+    // --- decoding on the standby: DDL and DML on the primary, a RUNNING_XACTS between
+    let xk = OpenXact::begin(&env, "pgsnap-st1-k");
+    pc.batch_execute(
+        "INSERT INTO pgsnap_st1_t VALUES (1); \
+         BEGIN; ALTER TABLE pgsnap_st1_t ADD COLUMN b2 int; INSERT INTO pgsnap_st1_t VALUES (2, 2); COMMIT",
+    )
+    .unwrap();
+    env.log_standby_snapshot(&mut pc);
+    pc.batch_execute("INSERT INTO pgsnap_st1_t VALUES (3, 3)")
+        .unwrap();
+    xk.commit();
+    env.log_standby_snapshot(&mut pc);
+    pc.batch_execute("INSERT INTO pgsnap_st1_t VALUES (4, 4)")
+        .unwrap();
+    let upto = sb.wait_replayed(&mut pc);
+    let upto = upto.min(replay_lsn(&mut sc));
+    let rows = trace_ok(&mut sc, slot);
+    let replay = emitted_by_replay(&rows, upto);
+    let emitted = emitted_by_test_decoding(&mut sc, slot, upto);
+    assert_eq!(
+        replay,
+        emitted,
+        "what test_decoding emitted on the standby vs the replay's verdicts up to {}:\n{}",
+        fmt_lsn(upto),
+        dump(&rows)
+    );
+    let changes = slot_changes(&mut sc, slot, true);
+    assert!(
+        changes.iter().any(|l| l.contains("b2[integer]:4")),
+        "the standby decodes the column added on the primary:\n{changes:#?}"
+    );
+    // The consuming decoder serialized its snapshots on the standby.
+    let files = server_snap_files(&mut sc);
+    let rows = trace_ok(&mut sc, slot);
+    let ss = server_slot(&mut sc, slot);
+    let replayed = replay_lsn(&mut sc);
+    stats += check_trace_against_wal(&mut sc, ss.restart_lsn, replayed, &rows);
+    let with_file = rows
+        .iter()
+        .filter(|r| {
+            r.lsn.is_some_and(|l| files.contains_key(&snap_name(l))) && r.file_claim().is_some()
+        })
+        .count();
+    println!(
+        "pgsnap-counts: st1 PG{} standby xids a={a} b={b} d={dx} e={e} server branches {k:?} trace rows {} running_xacts rows matched to WAL {} agrees t/f/null {}/{}/{} diagnosis pids found on the primary {found} pairs emitted {} .snap files on the standby {} rows at them {with_file}",
+        env.major,
+        stats.rows,
+        stats.wal_records_matched,
+        stats.agrees_true,
+        stats.agrees_false,
+        stats.agrees_null,
+        emitted.len(),
+        files.len()
+    );
+    pc.batch_execute("DROP TABLE pgsnap_st1_t").unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// st2: a creation waiting for the primary's next RUNNING_XACTS
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn st2_standby_creation_waits_for_the_primarys_running_xacts() {
+    let Some((_g, env, mut pc)) = start() else {
+        return;
+    };
+    if !decoding_on_standby(&env, "st2") {
+        return;
+    }
+    let sb = env.standby();
+    let mut sc = sb.connect("pgsnap-st2");
+    let slot = "pgsnap_st2";
+    let guard = SlotGuard::new(&sb.env, slot);
+    let mut attempt = 0;
+    let (cr, off) = loop {
+        attempt += 1;
+        sb.wait_replayed(&mut pc);
+        let off = log_offset(&sb.env);
+        let mut cr = Creation::start(&sb.env, slot, "test_decoding");
+        wait_for("the slot to appear on the standby", WAIT, || {
+            cr.try_done()
+                || sc
+                    .query_one(
+                        "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
+                        &[&slot],
+                    )
+                    .unwrap()
+                    .get::<_, i64>(0)
+                    == 1
+        });
+        // The trace and the diagnosis of a slot with no WAL replayed past its restart_lsn.
+        let rows = trace_ok(&mut sc, slot);
+        let d = diagnosis(&mut sc, slot);
+        if cr.try_done() || rows.len() > 1 {
+            // The primary's background writer logged a RUNNING_XACTS meanwhile.
+            assert!(attempt < 4, "3 creations in a row met a RUNNING_XACTS");
+            println!(
+                "st2: a RUNNING_XACTS arrived before the checks (attempt {attempt}), retrying"
+            );
+            let _ = cr.result(CREATE_TIMEOUT);
+            guard.drop_now();
+            continue;
+        }
+        let start = rows[0].message.clone().unwrap_or_default();
+        assert!(
+            start.contains("has been replayed on this standby yet")
+                && start.contains("this server is a standby")
+                && start.contains("walreceiver streaming"),
+            "REPLAY START says why nothing is read: {start}"
+        );
+        let k: Vec<&str> = d.iter().map(|r| r.0.as_str()).collect();
+        assert_eq!(k, ["creation waiting", "waiting for WAL"], "{d:#?}");
+        assert!(d[1].2.contains("this server is a standby"), "{}", d[1].2);
+        assert!(
+            d[1].3
+                .as_deref()
+                .unwrap()
+                .starts_with("SELECT pg_log_standby_snapshot() on the primary"),
+            "{:?}",
+            d[1].3
+        );
+        // Nothing happens on the primary: the creation is still waiting 1 s later.
+        std::thread::sleep(Duration::from_secs(1));
+        if cr.try_done() {
+            assert!(attempt < 4, "3 creations in a row met a RUNNING_XACTS");
+            let _ = cr.result(CREATE_TIMEOUT);
+            guard.drop_now();
+            continue;
+        }
+        break (cr, off);
+    };
+    // The remedy, on the primary: the creation returns.
+    env.log_standby_snapshot(&mut pc);
+    let pid = cr.pid;
+    let ret = cr.wait(Duration::from_secs(20));
+    let msgs = messages(&sb, off, pid);
+    let mut stats = TraceStats::default();
+    let rows = check_standby_trace(&mut sc, slot, &msgs, &mut stats);
+    let crow =
+        consistent_row(&rows).unwrap_or_else(|| panic!("never consistent:\n{}", dump(&rows)));
+    assert_eq!(crow.lsn, Some(msgs.last().unwrap().0), "{}", dump(&rows));
+    assert_eq!(crow.end_lsn, Some(ret), "{}", dump(&rows));
+    let ss = server_slot(&mut sc, slot);
+    assert_eq!(ss.confirmed_flush, Some(ret));
+    let d = diagnosis(&mut sc, slot);
+    assert!(
+        !d.iter()
+            .any(|r| r.0.starts_with("creation") || r.0.starts_with("waiting")),
+        "a created slot has no creation rows:\n{d:#?}"
+    );
+    println!(
+        "pgsnap-counts: st2 PG{} attempts {attempt} server branches {:?} trace rows {} running_xacts rows matched to WAL {} agrees t/f/null {}/{}/{}",
+        env.major,
+        kinds(&msgs),
+        stats.rows,
+        stats.wal_records_matched,
+        stats.agrees_true,
+        stats.agrees_false,
+        stats.agrees_null
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// st3: what needs decoding on a 14/15 standby is a clear ERROR; on 16+ it works
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn st3_functions_on_a_standby_by_major() {
+    let Some((_g, env, mut pc)) = start() else {
+        return;
+    };
+    let sb = env.standby();
+    let mut sc = sb.connect("pgsnap-st3");
+    sb.wait_replayed(&mut pc);
+    let replayed = replay_lsn(&mut sc);
+    // The standby's last restartpoint: its WAL is there.
+    let start: String = sc
+        .query_one("SELECT redo_lsn::text FROM pg_control_checkpoint()", &[])
+        .unwrap()
+        .get(0);
+    let r = sc.query(
+        "SELECT count(*) FROM snapbuild_trace_range($1::text::pg_lsn, NULL)",
+        &[&start],
+    );
+    // The server itself: a logical slot cannot be created on this standby before 16.
+    let server = sc.query(
+        "SELECT pg_create_logical_replication_slot('pgsnap_st3', 'test_decoding')",
+        &[],
+    );
+    if env.major < 16 {
+        let e = r.expect_err("trace_range on a 14/15 standby must fail");
+        let db = e.as_db_error().expect("a server error");
+        assert_eq!(
+            db.message(),
+            "logical decoding on a standby needs PostgreSQL 16 or later"
+        );
+        // The server's SQLSTATE for the same condition.
+        let se = server.expect_err("the server refuses a logical slot on a 14/15 standby");
+        let sdb = se.as_db_error().expect("a server error");
+        assert_eq!(
+            sdb.message(),
+            "logical decoding cannot be used while in recovery"
+        );
+        assert_eq!(
+            db.code(),
+            sdb.code(),
+            "ours: {}; the server's: {}",
+            err_text(&e),
+            err_text(&se)
+        );
+        println!(
+            "st3: the server says: {}; we say: {}",
+            err_text(&se),
+            err_text(&e)
+        );
+        // Functions that do not decode still answer.
+        let n: i64 = sc
+            .query_one("SELECT count(*) FROM snapbuild_slot_health()", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 0);
+        sc.query_one("SELECT count(*) FROM snapbuild_snapshot_files()", &[])
+            .unwrap();
+    } else {
+        let n: i64 =
+            r.unwrap_or_else(|e| panic!("trace_range on a standby: {}", err_text(&e)))[0].get(0);
+        assert!(n >= 1);
+        server.unwrap_or_else(|e| panic!("slot on the standby: {}", err_text(&e)));
+        sc.batch_execute("SELECT pg_drop_replication_slot('pgsnap_st3')")
+            .unwrap();
+        // A start past what the standby has replayed: the error says so.
+        let e = sc
+            .query(
+                "SELECT count(*) FROM snapbuild_trace_range($1::text::pg_lsn, NULL)",
+                &[&fmt_lsn(replayed + 0x1000000)],
+            )
+            .expect_err("a start past the replay position");
+        assert!(
+            err_text(&e).contains("past the end of replayed WAL")
+                && err_text(&e).contains("this server is a standby"),
+            "{}",
+            err_text(&e)
+        );
+    }
+    println!("pgsnap-counts: st3 PG{} checked", env.major);
+}
+
+/// Creates `slot` on the standby, logging a RUNNING_XACTS on the primary every 200 ms
+/// until the creation returns; what it returned.
+fn create_on_standby(env: &Env, sb: &Standby, pc: &mut Client, slot: &str) -> u64 {
+    let mut cr = Creation::start(&sb.env, slot, "test_decoding");
+    for _ in 0..100 {
+        if cr.try_done() {
+            break;
+        }
+        env.log_standby_snapshot(pc);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    cr.wait(CREATE_TIMEOUT)
+}
+
+// ---------------------------------------------------------------------------------------
+// st4: a slot created on the standby, the standby promoted: the trace goes on on the new
+// timeline and decoding there emits what the verdicts say
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn st4_promotion_trace_follows_the_new_timeline() {
+    let Some((_g, env, mut pc)) = start() else {
+        return;
+    };
+    if !decoding_on_standby(&env, "st4") {
+        return;
+    }
+    let sb = env.standby();
+    let mut sc = sb.connect("pgsnap-st4");
+    let slot = "pgsnap_st4";
+    pc.batch_execute("DROP TABLE IF EXISTS pgsnap_st4_t; CREATE TABLE pgsnap_st4_t (id int)")
+        .unwrap();
+    sb.wait_replayed(&mut pc);
+    let ret = create_on_standby(&env, &sb, &mut pc, slot);
+    let tli_before: i32 = sc
+        .query_one("SELECT received_tli FROM pg_stat_wal_receiver", &[])
+        .unwrap()
+        .get(0);
+    // x1 on the primary, replayed; then the promotion; x2 on the promoted server.
+    let x1: String = pc
+        .query_one(
+            "WITH i AS (INSERT INTO pgsnap_st4_t VALUES (1) RETURNING 1) SELECT pg_current_xact_id()::xid::text FROM i",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    sb.wait_replayed(&mut pc);
+    drop(pc);
+    sb.promote().unwrap_or_else(|e| panic!("{e}"));
+    wait_for("the promoted server to leave recovery", WAIT, || {
+        !sc.query_one("SELECT pg_is_in_recovery()", &[])
+            .unwrap()
+            .get::<_, bool>(0)
+    });
+    let x2: String = sc
+        .query_one(
+            "WITH i AS (INSERT INTO pgsnap_st4_t VALUES (2) RETURNING 1) SELECT pg_current_xact_id()::xid::text FROM i",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let (x1, x2): (u64, u64) = (x1.parse().unwrap(), x2.parse().unwrap());
+    sc.batch_execute("CHECKPOINT").unwrap();
+    let tli_after: i32 = sc
+        .query_one("SELECT timeline_id FROM pg_control_checkpoint()", &[])
+        .unwrap()
+        .get(0);
+    assert!(
+        tli_after > tli_before,
+        "promotion switched timelines: {tli_before} -> {tli_after}"
+    );
+    let upto = flush_lsn(&mut sc);
+    let ss = server_slot(&mut sc, slot);
+    let rows = trace_ok(&mut sc, slot);
+    let stats = check_trace_against_wal(&mut sc, ss.restart_lsn, upto, &rows);
+    assert_eq!(rows[0].start_decoding_at, Some(ret));
+    let replay = emitted_by_replay(&rows, upto);
+    let emitted = emitted_by_test_decoding(&mut sc, slot, upto);
+    assert_eq!(
+        replay,
+        emitted,
+        "test_decoding on the promoted server vs the replay's verdicts:\n{}",
+        dump(&rows)
+    );
+    assert!(
+        emitted.contains(&("commit".into(), x1)) && emitted.contains(&("commit".into(), x2)),
+        "x1={x1} (before) and x2={x2} (after the promotion) decoded: {emitted:?}"
+    );
+    let eor = rows
+        .iter()
+        .filter(|r| r.record.contains("END_OF_RECOVERY") || r.record.contains("end-of-recovery"))
+        .count();
+    println!(
+        "pgsnap-counts: st4 PG{} timeline {tli_before} -> {tli_after} trace rows {} running_xacts rows matched to WAL {} agrees t/f/null {}/{}/{} pairs emitted {} end-of-recovery rows {eor}",
+        env.major,
+        stats.rows,
+        stats.wal_records_matched,
+        stats.agrees_true,
+        stats.agrees_false,
+        stats.agrees_null,
+        emitted.len()
+    );
+    sc.batch_execute(&format!("SELECT pg_drop_replication_slot('{slot}')"))
+        .unwrap();
+    env.connect("pgsnap-st4")
+        .batch_execute("DROP TABLE pgsnap_st4_t")
+        .unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// st5: failover slots synchronized to the standby (17+)
+// ---------------------------------------------------------------------------------------
+
+/// The standby's copy of a synced slot: (synced, temporary, restart_lsn, confirmed_flush).
+fn synced_slot(sc: &mut Client, slot: &str) -> Option<(bool, bool, u64, u64)> {
+    sc.query_opt(
+        "SELECT synced, temporary, restart_lsn::text, confirmed_flush_lsn::text \
+         FROM pg_replication_slots WHERE slot_name = $1",
+        &[&slot],
+    )
+    .unwrap()
+    .map(|r| {
+        (
+            r.get(0),
+            r.get(1),
+            parse_lsn(&r.get::<_, String>(2)),
+            parse_lsn(&r.get::<_, String>(3)),
+        )
+    })
+}
+
+/// How one synchronization ended on the standby.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sync {
+    /// The synced copy became persistent (sync-ready) in this sync.
+    Persisted,
+    /// The copy was persistent before: a sync then checks no snapshot.
+    AlreadyPersistent,
+    /// Not persisted: the standby's builder found no consistent snapshot.
+    NotConsistent,
+    /// Not persisted: the remote slot's restart_lsn or catalog_xmin is behind what the
+    /// standby can reserve (slotsync.c's "remote slot precedes"; not the builder's matter).
+    RemoteBehind,
+}
+
+/// One `pg_sync_replication_slots()` on the standby (after it replayed the primary's WAL),
+/// the server's verdict beside the replay. The server's fast-forward decoder
+/// (LogicalSlotAdvanceAndCheckSnapState) reads from restart_lsn while the last record ended
+/// before the remote confirmed_flush and persists the copy iff its builder is then
+/// CONSISTENT; a copy not persisted is a temporary slot the function drops again, and the
+/// standby's LOG line says why. So the replay from the same restart_lsn (the persisted
+/// copy's `snapbuild_trace`, else `snapbuild_trace_range` from the primary slot's
+/// restart_lsn with start_decoding_at = its confirmed_flush) must have a consistent row on a
+/// record starting before confirmed_flush exactly when the server persisted the copy.
+fn sync_and_compare(
+    sb: &Standby,
+    pc: &mut Client,
+    sc: &mut Client,
+    slot: &str,
+    stats: &mut TraceStats,
+) -> Sync {
+    sync_and_compare_blocked(sb, pc, sc, slot, stats, None)
+}
+
+/// [`sync_and_compare`], with `blocker` a primary transaction the standby's builder waits
+/// for at c-1 (SnapBuildWaitSnapshot runs in the sync's decoder too): the sync runs in its
+/// own session, must still wait 1 s after the standby logged the wait, and returns once the
+/// blocker commits on the primary.
+fn sync_and_compare_blocked(
+    sb: &Standby,
+    pc: &mut Client,
+    sc: &mut Client,
+    slot: &str,
+    stats: &mut TraceStats,
+    blocker: Option<OpenXact>,
+) -> Sync {
+    sb.wait_replayed(pc);
+    let remote = server_slot(pc, slot);
+    let off = log_offset(&sb.env);
+    match blocker {
+        None => sc
+            .batch_execute("SELECT pg_sync_replication_slots()")
+            .unwrap_or_else(|e| panic!("pg_sync_replication_slots(): {}", err_text(&e))),
+        Some(x) => {
+            let mut bg = sb.connect("pgsnap-sync");
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let r = bg
+                    .batch_execute("SELECT pg_sync_replication_slots()")
+                    .map_err(|e| err_text(&e));
+                let _ = tx.send(r);
+            });
+            wait_for(
+                "the sync's builder to wait for the primary's transaction",
+                WAIT,
+                || {
+                    log_entries_since(&sb.env, off).iter().any(|e| {
+                        e.message
+                            .starts_with("logical decoding found initial starting point")
+                    })
+                },
+            );
+            std::thread::sleep(Duration::from_secs(1));
+            assert!(rx.try_recv().is_err(), "the sync waits for xid {}", x.xid);
+            x.commit();
+            rx.recv_timeout(WAIT)
+                .expect("the sync returns once the blocker committed")
+                .unwrap_or_else(|e| panic!("pg_sync_replication_slots(): {e}"));
+        }
+    }
+    let copy = synced_slot(sc, slot);
+    let log: Vec<LogEntry> = log_entries_since(&sb.env, off)
+        .into_iter()
+        .filter(|e| e.message.contains(&format!("\"{slot}\"")))
+        .collect();
+    let said = |m: &str| log.iter().any(|e| e.message.contains(m));
+    let verdict = match copy {
+        Some((synced, false, _, _)) => {
+            assert!(synced, "pg_replication_slots.synced on the standby");
+            if !said("is sync-ready now") {
+                // Persisted by an earlier sync: this one checked no snapshot.
+                return Sync::AlreadyPersistent;
+            }
+            Sync::Persisted
+        }
+        _ => {
+            assert!(
+                said("could not synchronize replication slot"),
+                "no copy and no reason in the standby's log: {log:?}"
+            );
+            if log.iter().any(|e| {
+                e.detail
+                    .as_deref()
+                    .is_some_and(|d| d.contains("catalog xmin"))
+            }) {
+                Sync::RemoteBehind
+            } else {
+                Sync::NotConsistent
+            }
+        }
+    };
+    let (restart, confirmed, rows) = match copy {
+        Some((_, false, restart, confirmed)) => (restart, confirmed, trace_ok(sc, slot)),
+        _ => {
+            let confirmed = remote.confirmed_flush.unwrap();
+            let rows = trace_rows(
+                json_rows(
+                    sc,
+                    "SELECT * FROM snapbuild_trace_range($1::text::pg_lsn, NULL, \
+                     start_decoding_at => $2::text::pg_lsn)",
+                    &[&fmt_lsn(remote.restart_lsn), &fmt_lsn(confirmed)],
+                )
+                .unwrap_or_else(|e| panic!("snapbuild_trace_range: {}", err_text(&e))),
+            );
+            (remote.restart_lsn, confirmed, rows)
+        }
+    };
+    let replayed = replay_lsn(sc);
+    *stats += check_trace_against_wal(sc, restart, replayed, &rows);
+    if verdict == Sync::RemoteBehind {
+        return verdict;
+    }
+    let ours = consistent_row(&rows).is_some_and(|r| r.lsn.is_some_and(|l| l < confirmed));
+    assert_eq!(
+        ours,
+        verdict == Sync::Persisted,
+        "the server: {verdict:?} (log: {log:?}); the replay from restart_lsn {} is {}consistent before confirmed_flush {}:\n{}",
+        fmt_lsn(restart),
+        if ours { "" } else { "not " },
+        fmt_lsn(confirmed),
+        dump(&rows)
+    );
+    verdict
+}
+
+/// Three rounds of a RUNNING_XACTS, flushed by a non-transactional logical message (no xid
+/// is assigned after it), and `pg_logical_slot_get_changes`: the primary's slot's
+/// catalog_xmin reaches the next xid, which is what the standby reserves when nothing runs.
+fn settle(env: &Env, pc: &mut Client, slot: &str) {
+    for _ in 0..3 {
+        env.log_standby_snapshot(pc);
+        pc.batch_execute("SELECT pg_logical_emit_message(false, 'pgsnap', 'flush', true)")
+            .unwrap();
+        consume_changes(pc, slot);
+    }
+}
+
+#[test]
+fn st5_failover_slot_synced_to_the_standby() {
+    let Some((_g, env, mut pc)) = start() else {
+        return;
+    };
+    if env.major < 17 {
+        println!("SKIPPED: st5: failover slots are synchronized to standbys from PostgreSQL 17 on");
+        return;
+    }
+    let sb = env.standby();
+    let mut sc = sb.connect("pgsnap-st5");
+    let (sa, sbn) = ("pgsnap_st5a", "pgsnap_st5b");
+    let _ga = SlotGuard::new(&env, sa);
+    let _gb = SlotGuard::new(&env, sbn);
+    // Copies synced by an interrupted earlier run go now (their primary slots are gone).
+    sb.wait_replayed(&mut pc);
+    let _ = sc.batch_execute("SELECT pg_sync_replication_slots()");
+    pc.batch_execute("DROP TABLE IF EXISTS pgsnap_st5_t; CREATE TABLE pgsnap_st5_t (id int)")
+        .unwrap();
+    let create = |pc: &mut Client, slot: &str| {
+        pc.execute(
+            "SELECT pg_create_logical_replication_slot($1, 'test_decoding', false, false, true)",
+            &[&slot],
+        )
+        .unwrap();
+    };
+    let mut stats = TraceStats::default();
+    let mut verdicts = Vec::new();
+    // A: synced right after its creation (the standby may reserve a newer catalog_xmin
+    // than the slot's: the remote is behind, nothing to compare), then after consumption
+    // brought its catalog_xmin to the next xid: sync-ready
+    create(&mut pc, sa);
+    verdicts.push(sync_and_compare(&sb, &mut pc, &mut sc, sa, &mut stats));
+    pc.batch_execute("INSERT INTO pgsnap_st5_t VALUES (0)")
+        .unwrap();
+    settle(&env, &mut pc, sa);
+    verdicts.push(sync_and_compare(&sb, &mut pc, &mut sc, sa, &mut stats));
+    // B: k stays open while B is consumed until its restart_lsn is a RUNNING_XACTS that
+    // runs k (the primary's decoder restarts there from its .snap file; the standby has
+    // none and its builder must wait for k): not sync-ready. Then k ends: sync-ready.
+    create(&mut pc, sbn);
+    settle(&env, &mut pc, sbn);
+    let xk = OpenXact::begin(&env, "pgsnap-st5-k");
+    let before = server_slot(&mut pc, sbn).restart_lsn;
+    let mut moved = false;
+    for _ in 0..6 {
+        settle(&env, &mut pc, sbn);
+        if server_slot(&mut pc, sbn).restart_lsn != before {
+            moved = true;
+            break;
+        }
+    }
+    assert!(moved, "B's restart_lsn moved while k runs");
+    let restart_b = server_slot(&mut pc, sbn).restart_lsn;
+    let runs_k =
+        wal_running_xacts_at(&mut pc, restart_b).is_some_and(|w| w.xacts.contains(&xk.xid));
+    let k = xk.xid;
+    verdicts.push(sync_and_compare_blocked(
+        &sb,
+        &mut pc,
+        &mut sc,
+        sbn,
+        &mut stats,
+        Some(xk),
+    ));
+    settle(&env, &mut pc, sbn);
+    verdicts.push(sync_and_compare(&sb, &mut pc, &mut sc, sbn, &mut stats));
+    println!(
+        "pgsnap-counts: st5 PG{} syncs {verdicts:?} (B's restart_lsn runs k={k}: {runs_k}) trace rows {} running_xacts rows matched to WAL {} agrees t/f/null {}/{}/{}",
+        env.major,
+        stats.rows,
+        stats.wal_records_matched,
+        stats.agrees_true,
+        stats.agrees_false,
+        stats.agrees_null
+    );
+    assert!(
+        verdicts.contains(&Sync::Persisted) && verdicts.contains(&Sync::NotConsistent),
+        "both of the builder's verdicts met: {verdicts:?}"
+    );
+    // The synced copies go with the primary's slots at the next sync.
+    drop(_ga);
+    drop(_gb);
+    sb.wait_replayed(&mut pc);
+    let _ = sc.batch_execute("SELECT pg_sync_replication_slots()");
+    pc.batch_execute("DROP TABLE pgsnap_st5_t").unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// st6: a slot on the standby invalidated by a recovery conflict (rows_removed)
+// ---------------------------------------------------------------------------------------
+
+/// Puts the standby's hot_standby_feedback back (ALTER SYSTEM RESET), also on panic.
+struct FeedbackReset<'a>(&'a Standby);
+
+impl Drop for FeedbackReset<'_> {
+    fn drop(&mut self) {
+        let mut c = self.0.connect("pgsnap-st6-reset");
+        let _ = c.batch_execute("ALTER SYSTEM RESET hot_standby_feedback");
+        let _ = c.batch_execute("SELECT pg_reload_conf()");
+    }
+}
+
+#[test]
+fn st6_conflict_rows_removed_invalidates_the_standby_slot() {
+    let Some((_g, env, mut pc)) = start() else {
+        return;
+    };
+    if !decoding_on_standby(&env, "st6") {
+        return;
+    }
+    let sb = env.standby();
+    let mut sc = sb.connect("pgsnap-st6");
+    let slot = "pgsnap_st6";
+    let _guard = SlotGuard::new(&sb.env, slot);
+    // Without feedback the primary's VACUUM removes catalog rows the slot still needs.
+    sc.batch_execute("ALTER SYSTEM SET hot_standby_feedback = off")
+        .unwrap();
+    sc.batch_execute("SELECT pg_reload_conf()").unwrap();
+    wait_for("hot_standby_feedback off on the standby", WAIT, || {
+        sb.connect("pgsnap-st6-show")
+            .query_one("SHOW hot_standby_feedback", &[])
+            .unwrap()
+            .get::<_, String>(0)
+            == "off"
+    });
+    let _reset = FeedbackReset(&sb);
+    sb.wait_replayed(&mut pc);
+    create_on_standby(&env, &sb, &mut pc, slot);
+    let catalog_xmin = server_slot(&mut sc, slot).catalog_xmin;
+    pc.batch_execute("CREATE TABLE pgsnap_st6_x (id int)")
+        .unwrap();
+    pc.batch_execute("DROP TABLE pgsnap_st6_x").unwrap();
+    pc.batch_execute("VACUUM pg_class").unwrap();
+    sb.wait_replayed(&mut pc);
+    let reason_sql = if env.major >= 17 {
+        "SELECT invalidation_reason FROM pg_replication_slots WHERE slot_name = $1"
+    } else {
+        "SELECT CASE WHEN conflicting THEN 'rows_removed' END FROM pg_replication_slots WHERE slot_name = $1"
+    };
+    let mut reason: Option<String> = None;
+    wait_for("the standby to invalidate the slot", WAIT, || {
+        reason = sc.query_one(reason_sql, &[&slot]).unwrap().get(0);
+        reason.is_some()
+    });
+    let reason = reason.unwrap();
+    assert_eq!(reason, "rows_removed", "the standby's reason");
+    let d = diagnosis(&mut sc, slot);
+    assert_eq!(d.len(), 1, "{d:#?}");
+    assert_eq!(d[0].0, "invalidated");
+    assert!(d[0].2.contains(&reason), "{}", d[0].2);
+    let state: String = sc
+        .query_one(
+            "SELECT state FROM snapbuild_slot_health WHERE slot_name = $1",
+            &[&slot],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(state, "invalidated");
+    let rows = trace_ok(&mut sc, slot);
+    let start = rows[0].message.clone().unwrap_or_default();
+    assert!(
+        start.contains(&format!("the slot is invalidated ({reason})")),
+        "REPLAY START names the invalidation: {start}"
+    );
+    // The server's own line: which replayed record invalidated it.
+    let logged = log_entries_since(&sb.env, 0)
+        .into_iter()
+        .filter(|e| e.message.contains(&format!("\"{slot}\"")) && e.message.contains("invalidat"))
+        .map(|e| format!("{} / {:?}", e.message, e.detail))
+        .collect::<Vec<_>>();
+    println!(
+        "pgsnap-counts: st6 PG{} catalog_xmin {catalog_xmin:?} invalidated: {reason}; diagnosis rows {}; server log: {logged:?}",
+        env.major,
+        d.len()
+    );
+    pc.batch_execute("SELECT 1").unwrap();
+}
