@@ -903,6 +903,9 @@ fn horizon_finding(slot: &SlotFacts, server: &ServerFacts) -> Option<Finding> {
             f
         }
     };
+    if server.in_recovery {
+        f.finding.push_str("; this server is a standby: VACUUM runs on the primary, where this catalog_xmin holds it only through hot_standby_feedback (without it the primary removes the rows and the slot is invalidated here, rows_removed)");
+    }
     f.since = slot.inactive_since;
     Some(f)
 }
