@@ -915,6 +915,7 @@ fn st6_conflict_rows_removed_invalidates_the_standby_slot() {
     sb.wait_replayed(&mut pc);
     create_on_standby(&env, &sb, &mut pc, slot);
     let catalog_xmin = server_slot(&mut sc, slot).catalog_xmin;
+    let off = log_offset(&sb.env);
     pc.batch_execute("CREATE TABLE pgsnap_st6_x (id int)")
         .unwrap();
     pc.batch_execute("DROP TABLE pgsnap_st6_x").unwrap();
@@ -951,7 +952,7 @@ fn st6_conflict_rows_removed_invalidates_the_standby_slot() {
         "REPLAY START names the invalidation: {start}"
     );
     // The server's own line: which replayed record invalidated it.
-    let logged = log_entries_since(&sb.env, 0)
+    let logged = log_entries_since(&sb.env, off)
         .into_iter()
         .filter(|e| e.message.contains(&format!("\"{slot}\"")) && e.message.contains("invalidat"))
         .map(|e| format!("{} / {:?}", e.message, e.detail))
