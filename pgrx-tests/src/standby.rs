@@ -88,15 +88,14 @@ impl Env {
             bin,
         };
         if !sb.follows_primary() {
-            // A standby stopped by an earlier test: start it, and keep it if it streams
-            // from this primary again within 10 s.
+            // A standby stopped by an earlier test: start it, and keep it if it catches up
+            // with this primary within 10 s (its WAL may be gone from the primary meanwhile,
+            // e.g. after a test invalidated the physical slot: then the walreceiver says
+            // "streaming" for a moment and fails).
             let restarted = sb.env.pgdata.join("standby.signal").exists()
                 && !sb.env.pgdata.join("postmaster.pid").exists()
                 && sb.start().is_ok()
-                && (0..100).any(|_| {
-                    std::thread::sleep(Duration::from_millis(100));
-                    sb.follows_primary()
-                });
+                && sb.catches_up(Duration::from_secs(10));
             if !restarted {
                 sb.stop();
                 sb.make()
@@ -136,6 +135,32 @@ impl Standby {
             return false;
         };
         r.get::<_, bool>(0) && r.get::<_, i64>(1) == 1
+    }
+
+    /// Whether the standby replays up to the primary's current insert position within
+    /// `timeout`.
+    fn catches_up(&self, timeout: Duration) -> bool {
+        let mut p = self.primary.connect("pgsnap-standby");
+        let Ok(r) = p.query_one("SELECT pg_current_wal_insert_lsn()::text", &[]) else {
+            return false;
+        };
+        let target = parse_lsn(&r.get::<_, String>(0));
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < timeout {
+            std::thread::sleep(Duration::from_millis(100));
+            let mut cfg = postgres::Config::new();
+            cfg.host(&self.env.host)
+                .port(self.env.port)
+                .user(&self.env.user)
+                .dbname(&self.env.dbname)
+                .connect_timeout(Duration::from_secs(5));
+            if let Ok(mut c) = cfg.connect(postgres::NoTls) {
+                if replay_lsn(&mut c) >= target && self.follows_primary() {
+                    return true;
+                }
+            }
+        }
+        false
     }
 
     /// pg_basebackup -R from the primary into a fresh data directory (a physical slot
