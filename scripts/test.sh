@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # README command 2: every test, on PostgreSQL 18, 17, 16, 15 and 14.
-#   setup.sh; cargo test -p snapbuild-core; then per major: cargo pgrx test, pg_regress against a
+#   setup.sh; cargo test -p snapbuild-core; a short fuzz pass (scripts/fuzz.sh); then per major: cargo pgrx test, pg_regress against a
 #   throw-away cluster (scripts/cluster.sh), the multi-session tests (pgrx-tests/), cluster stop.
 # Prints one summary line per stage; exits non-zero if any stage failed.
 # PGSNAP_MAJORS="18" limits the majors (default "18 17 16 15 14"). PGSNAP_MINORS=all adds, after them,
@@ -111,6 +111,7 @@ multi_session() ( # MAJOR: pgrx-tests/ (pg_snapbuild_tests) with the cluster's e
 stage "setup" "$ROOT/scripts/setup.sh" || exit
 stage "META.json version = Cargo.toml version" meta_version
 stage "core: cargo test -p snapbuild-core" cargo test -p snapbuild-core
+stage "core: fuzz, short pass (scripts/fuzz.sh 1000000)" timeout -k 10 180 "$ROOT/scripts/fuzz.sh" 1000000
 for m in $MAJORS; do
     stage "pg$m: cargo pgrx test" pgrx_test "$m"
     if stage "pg$m: reinstall + start cluster" start_cluster "$m"; then

@@ -7,6 +7,7 @@ use pgrx::PgSqlErrorCode as C;
 use snapbuild_core::access::xactdesc;
 use snapbuild_core::include::heapam_xlog::NewCid;
 use snapbuild_core::replication::decode::{Payload, RecordHead, RecordKind};
+use snapbuild_core::replication::message::LogicalMessage;
 use snapbuild_core::{Lsn, RunningXacts};
 
 use crate::adapter::raise;
@@ -273,7 +274,8 @@ impl WalReader {
     /// Reads the next record; `None` at the end of flushed WAL.
     ///
     /// Errors: `internal_error` ("could not read WAL at …") for a broken record,
-    /// `data_corrupted` for a malformed RUNNING_XACTS or NEW_CID body.
+    /// `data_corrupted` for a malformed RUNNING_XACTS, commit / abort / prepare, NEW_CID or
+    /// logical message body.
     pub fn next_record(&mut self) -> Option<WalRecord> {
         pgrx::check_for_interrupts!();
         unsafe {
@@ -377,10 +379,16 @@ impl WalReader {
                         format!("NEW_CID record at {} is malformed: {e}", head.lsn),
                     ),
                 },
-                // xl_logical_message: Oid dbId, then bool transactional.
-                RecordKind::LogicalMessage if data.len() > 4 => Payload::Message {
-                    db_id: u32::from_ne_bytes([data[0], data[1], data[2], data[3]]),
-                    transactional: data[4] != 0,
+                // xl_logical_message, its sizes checked against the data in the core.
+                RecordKind::LogicalMessage => match LogicalMessage::parse(data) {
+                    Ok(m) => Payload::Message {
+                        db_id: m.db_id,
+                        transactional: m.transactional,
+                    },
+                    Err(e) => raise(
+                        C::ERRCODE_DATA_CORRUPTED,
+                        format!("MESSAGE record at {} is malformed: {e}", head.lsn),
+                    ),
                 },
                 _ => Payload::None,
             };

@@ -253,6 +253,45 @@ pub fn parse_prepare(version: PgVersion, data: &[u8]) -> Result<ParsedXact, Xact
     Ok(p)
 }
 
+/// `sizeof(SharedInvalidationMessage)` (storage/sinval.h): a union of 16 bytes.
+pub const SIZE_OF_SHARED_INVALIDATION_MESSAGE: usize = 16;
+
+/// The main data of an `XLOG_XACT_ASSIGNMENT` record (`xl_xact_assignment`): a
+/// top-level xid and the subtransactions assigned to it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ParsedAssignment {
+    pub xtop: TransactionId,
+    pub xsub: Vec<TransactionId>,
+}
+
+/// Reads an ASSIGNMENT record's main data the way xactdesc.c xact_desc_assignment does
+/// (`xtop`, `nsubxacts`, then `xsub[nsubxacts]`), with the count checked against the
+/// data before anything is allocated.
+///
+/// Errors: [`XactRecordError`] when the header or the array lies past the data or the
+/// count is negative.
+pub fn parse_assignment(data: &[u8]) -> Result<ParsedAssignment, XactRecordError> {
+    let mut r = Reader { data, pos: 0 };
+    let xtop = r.u32("xtop")?;
+    let n = r.count("subxacts")?;
+    Ok(ParsedAssignment {
+        xtop,
+        xsub: xids(r.array("subxacts", n, 4)?),
+    })
+}
+
+/// Reads an `XLOG_XACT_INVALIDATIONS` record's main data (`xl_xact_invals`: `nmsgs`,
+/// then `msgs[nmsgs]`) the way xactdesc.c xact_desc_invalidations does, with the count
+/// checked against the data: the messages' bytes (16 each), borrowed, nothing allocated.
+///
+/// Errors: [`XactRecordError`] when the array lies past the data or the count is
+/// negative.
+pub fn parse_invalidations(data: &[u8]) -> Result<&[u8], XactRecordError> {
+    let mut r = Reader { data, pos: 0 };
+    let n = r.count("invalidations")?;
+    r.array("invalidations", n, SIZE_OF_SHARED_INVALIDATION_MESSAGE)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,5 +408,31 @@ mod tests {
             bad[28..32].copy_from_slice(&n(1 << 28));
             assert!(parse_prepare(PgVersion::newest(major), &bad).is_err());
         }
+    }
+
+    #[test]
+    fn assignment_and_invalidations() {
+        let mut a = 900u32.to_ne_bytes().to_vec();
+        a.extend(n(2));
+        a.extend(901u32.to_ne_bytes());
+        a.extend(902u32.to_ne_bytes());
+        assert_eq!(
+            parse_assignment(&a).unwrap(),
+            ParsedAssignment {
+                xtop: 900,
+                xsub: vec![901, 902]
+            }
+        );
+        for cut in 0..a.len() {
+            assert!(parse_assignment(&a[..cut]).is_err());
+        }
+        a[4..8].copy_from_slice(&n(-3));
+        assert!(parse_assignment(&a).is_err());
+        let mut i = n(2).to_vec();
+        i.extend([7u8; 32]);
+        assert_eq!(parse_invalidations(&i).unwrap().len(), 32);
+        assert!(parse_invalidations(&i[..35]).is_err());
+        i[0..4].copy_from_slice(&n(i32::MAX));
+        assert!(parse_invalidations(&i).is_err());
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod decode;
 pub mod logical;
+pub mod message;
 pub mod reorderbuffer;
 pub mod snapbuild;
 pub mod snapbuild_ondisk;
