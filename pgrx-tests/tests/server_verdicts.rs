@@ -935,8 +935,8 @@ fn snap_path(n: &str) -> String {
 type Corrupt = (String, Vec<u8>, String);
 
 /// Copies of `bytes` truncated (10 bytes, −4 bytes), with one bit flipped, with a wrong
-/// magic and a wrong version; the messages carry the real file's magic, checksum and
-/// version.
+/// magic and a wrong version, with the committed count one too high, and empty; the
+/// messages carry the real file's magic, checksum and version.
 fn corrupt_copies(bytes: &[u8]) -> Vec<Corrupt> {
     let u32le = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap());
     let (magic, stored_crc, version) = (u32le(0), u32le(4), u32le(8));
@@ -980,6 +980,18 @@ fn corrupt_copies(bytes: &[u8]) -> Vec<Corrupt> {
         ))
     );
     cases.push((n5, bad_version, re));
+    // The fuzzer's structure-aware edits (fuzz/): the committed count one too high (the
+    // array read comes up short before the checksum is looked at), and an empty file.
+    let n8 = "FFFFFFFF-8.snap".to_string();
+    let mut count_plus_one = bytes.to_vec();
+    let at = 16 + 80; // SnapBuildOnDisk.builder.committed.xcnt (size_t)
+    let xcnt = u64::from_le_bytes(count_plus_one[at..at + 8].try_into().unwrap());
+    count_plus_one[at..at + 8].copy_from_slice(&(xcnt + 1).to_le_bytes());
+    let re = format!(r"^could not read file {}: read \d+ of \d+$", quoted(&n8));
+    cases.push((n8, count_plus_one, re));
+    let n9 = "FFFFFFFF-9.snap".to_string();
+    let re = format!(r"^could not read file {}: read 0 of 16$", quoted(&n9));
+    cases.push((n9, Vec::new(), re));
     cases
 }
 
@@ -1535,4 +1547,96 @@ fn check_replayed_creation_restores_nothing(
         "replayed creation vs the LSN the server returned: {rows:?}"
     );
     jlsn(consistent, "end_lsn")
+}
+
+// ---------------------------------------------------------------------------------------
+// 9. a corrupt .snap file on the replay's restore path
+// ---------------------------------------------------------------------------------------
+
+/// A corrupt `.snap` file (a real one with one bit flipped) named for a RUNNING_XACTS
+/// record that runs a transaction, where no decoder wrote one: a replay starting there
+/// tries it on branch b (SnapBuildRestore) and ends with the server's `data_corrupted`
+/// text in an ERROR row; `snapbuild_historic_snapshot_from_file` raises XX001 on it; the
+/// backend goes on, and a session decoding its own slot meanwhile is not disturbed.
+#[test]
+fn s9_corrupt_snap_file_on_the_restore_path() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let (slot, tab) = ("pgsnap_s9", "pgsnap_s9_tab");
+    let _guard = SlotGuard::new(&env, slot);
+    let (src, bytes) = real_snap_file(&env, &mut c, slot, tab);
+    consume_changes(&mut c, slot);
+    // k runs across a RUNNING_XACTS record nobody decodes: no file for it.
+    let mut k = OpenXact::begin(&env, "pgsnap-s9-k");
+    k.exec(&format!("INSERT INTO {tab} VALUES (9)"));
+    let before = flush_lsn(&mut c);
+    env.log_standby_snapshot_flushed(&mut c, tab, "90");
+    let rx = wal_running_xacts(&mut c, before, u64::MAX)
+        .into_iter()
+        .find(|w| w.xacts.contains(&k.xid))
+        .expect("a RUNNING_XACTS record running k");
+    let name = snap_name(rx.start);
+    assert!(
+        !server_snap_files(&mut c).contains_key(&name),
+        "{name} exists already"
+    );
+    let mut corrupt = bytes.clone();
+    corrupt[16] ^= 0x01; // builder.state: checksummed
+    let stored = u32::from_le_bytes(bytes[4..8].try_into().unwrap());
+    let mut planted = PlantedFiles(Vec::new());
+    plant(&env, &mut planted, &name, &corrupt);
+    let k_xid = k.xid;
+    k.commit();
+
+    // A bystander decodes its own slot while the replays below fail.
+    let mut bystander = env.connect("pgsnap-s9-bystander");
+    let want = regex::Regex::new(&format!(
+        "^checksum mismatch for snapbuild state file {}: is \\d+, should be {stored}$",
+        regex::escape(&format!("\"{}\"", snap_path(&name)))
+    ))
+    .unwrap();
+    let rows = trace_rows(
+        json_rows(
+            &mut c,
+            "SELECT * FROM snapbuild_trace_range($1::text::pg_lsn, in_slot_creation => false)",
+            &[&fmt_lsn(rx.start)],
+        )
+        .unwrap_or_else(|e| panic!("snapbuild_trace_range: {}", err_text(&e))),
+    );
+    let last = rows.last().expect("rows");
+    assert_eq!(
+        last.lsn,
+        Some(rx.start),
+        "the replay ends at the corrupt file's record:\n{}",
+        dump(&rows)
+    );
+    assert_eq!(last.level.as_deref(), Some("ERROR"), "{}", dump(&rows));
+    let msg = last.message.clone().unwrap_or_default();
+    assert!(want.is_match(&msg), "ERROR row {msg:?} vs {want}");
+    let e = c
+        .query(
+            "SELECT * FROM snapbuild_historic_snapshot_from_file($1)",
+            &[&name],
+        )
+        .expect_err("a corrupt file must fail");
+    let (code, emsg) = db_err(&e);
+    assert_eq!(code, "XX001", "{emsg}");
+    assert!(want.is_match(&emsg), "{emsg:?} vs {want}");
+    let decoded: i64 = bystander
+        .query_one(
+            "SELECT count(*) FROM pg_logical_slot_peek_changes($1, NULL, NULL)",
+            &[&slot],
+        )
+        .unwrap_or_else(|e| panic!("the bystander's decoding failed: {}", err_text(&e)))
+        .get(0);
+    let one: i32 = c.query_one("SELECT 1", &[]).unwrap().get(0);
+    assert_eq!(one, 1, "the backend goes on after the ERRORs");
+    drop(planted);
+    c.batch_execute(&format!("DROP TABLE IF EXISTS {tab}, {tab}_2"))
+        .unwrap();
+    println!(
+        "pgsnap-counts: s9 PG{} corrupt copy of {src} planted as {name} (k {}): trace ERROR row {msg:?}; bystander peeked {decoded} changes",
+        env.major, k_xid
+    );
 }
