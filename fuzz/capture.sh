@@ -2,7 +2,8 @@
 # Captures the fuzz corpus's seeds from real servers: runs a workload on a throw-away cluster of
 # each MAJOR (scripts/cluster.sh, PGSNAP_PORT_BASE honoured), then copies what the server wrote:
 # pg_logical/snapshots/*.snap, pg_logical/mappings/map-* (VACUUM FULL of catalogs with a slot
-# present), heap pages (pageinspect get_raw_page) and the WAL segments the workload wrote. The WAL
+# present), heap pages (pageinspect get_raw_page), the server log's lines about decoders, and
+# the WAL segments the workload wrote. The WAL
 # segments are cut into record main data per record type by `snapfuzz capture` (fuzz/src/wal.rs
 # reads the segment files: page headers, record headers, block headers, CRC-32C checked).
 #   fuzz/capture.sh [MAJOR...]      default: 18 16 14 (one per on-disk snapshot version 6, 5, 4)
@@ -17,6 +18,7 @@ for m in $MAJORS; do
     scripts/cluster.sh start "$m" >/dev/null
     eval "$(scripts/cluster.sh env "$m")"
     DATA=$ROOT/.work/pg$m/data
+    first_seg=$(psql -qXAt -c "SELECT pg_walfile_name(pg_current_wal_insert_lsn())")
     psql -qX -v ON_ERROR_STOP=1 -o /dev/null 2>&1 <<'SQL'
 SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE 'fuzz%';
 DROP TABLE IF EXISTS fz_map, fz, fz2, fz3, fz_sub, fz_open_1, fz_open_2, fz_open_3;
@@ -77,7 +79,11 @@ SQL
     psql -qX -c "CHECKPOINT" >/dev/null
     sudo -n sh -c "cp $DATA/pg_logical/snapshots/*.snap $RAW/pg$m/snapshots/ 2>/dev/null; \
         cp $DATA/pg_logical/mappings/map-* $RAW/pg$m/mappings/ 2>/dev/null; \
-        cp \$(ls $DATA/pg_wal/0* | tail -n 3) $RAW/pg$m/wal/; chown -R $(id -u) $RAW/pg$m" || true
+        chown -R $(id -u) $RAW/pg$m" || true
+    # the segments the workload wrote (from the one current at its start)
+    for f in $(sudo -n ls "$DATA/pg_wal" | grep -E '^[0-9A-F]{24}$'); do
+        [[ "$f" < "$first_seg" ]] || sudo -n cat "$DATA/pg_wal/$f" >"$RAW/pg$m/wal/$f"
+    done
     for rel in pg_class pg_attribute pg_type fz fz3 fz_sub; do
         n=$(psql -qXAt -c "SELECT pg_relation_size('$rel') / 8192")
         for blk in $(printf "%s\n" 0 $((n / 2)) $((n - 1)) | sort -nu); do
@@ -85,6 +91,8 @@ SQL
             psql -qXAt -c "SELECT encode(get_raw_page('$rel', $blk), 'hex')" | xxd -r -p >"$RAW/pg$m/pages/$rel-$blk.page"
         done
     done
+    # the server log's lines about decoders (stderr format, log_line_prefix '%m [%p] ')
+    tail -c 262144 "$ROOT/.work/pg$m/server.log" >"$RAW/pg$m/server.log"
     psql -qX -c "SELECT pg_drop_replication_slot('fuzz_slot')" >/dev/null
     target/fuzz/snapfuzz capture "$m" "$RAW/pg$m" "$ROOT/fuzz/corpus"
 done

@@ -327,6 +327,10 @@ fn capture(args: &[String]) -> i32 {
         }
         for rec in recs {
             nrec += 1;
+            // keep the corpus small: records of at most 16 kB of main data
+            if rec.main_data.len() > 16384 {
+                continue;
+            }
             let d = rec.main_data;
             let framed = |info: Option<u8>| {
                 let mut v = vec![major as u8];
@@ -372,6 +376,32 @@ fn capture(args: &[String]) -> i32 {
         let b = std::fs::read(&p).expect("mapping");
         add("rewrite_mapping", "mapping".into(), b);
     }
+    // Server log windows: each line about decoding or a server start, with the lines
+    // around it (its DETAIL and STATEMENT), up to 4 kB per seed.
+    if let Ok(log) = std::fs::read(raw.join("server.log")) {
+        let text = String::from_utf8_lossy(&log);
+        let lines: Vec<&str> = text.lines().collect();
+        let mut i = 0;
+        let mut n = 0;
+        while i < lines.len() && n < 24 {
+            let l = lines[i];
+            if l.contains("logical decoding") || l.contains("ready to accept") {
+                let from = i.saturating_sub(2);
+                let mut seed = String::new();
+                let mut j = from;
+                while j < lines.len() && j < from + 12 && seed.len() + lines[j].len() < 4096 {
+                    seed.push_str(lines[j]);
+                    seed.push('\n');
+                    j += 1;
+                }
+                add("server_log", "stderr".into(), seed.into_bytes());
+                n += 1;
+                i = j;
+            } else {
+                i += 1;
+            }
+        }
+    }
     for p in ls("pages") {
         let b = std::fs::read(&p).expect("page");
         if let Ok((_, items)) = snapbuild_core::storage::bufpage::heap_items(&b) {
@@ -386,7 +416,7 @@ fn capture(args: &[String]) -> i32 {
     for ((target, kind), mut v) in seeds {
         let cap = match target {
             "heap_page" => 6,
-            "snap" | "rewrite_mapping" | "replay" => 6,
+            "snap" | "rewrite_mapping" | "replay" | "server_log" => 6,
             _ => 12,
         };
         // distinct contents, then distinct lengths first

@@ -200,6 +200,14 @@ pub fn all() -> Vec<Target> {
             max_len: 1 << 16,
         },
         Target {
+            name: "server_log",
+            about: "server log text (stderr, csvlog and jsonlog parsers over every line), then decoders, writers_of and lines_for over the events",
+            run: server_log,
+            fields: |_| vec![],
+            fixup: None,
+            max_len: 1 << 14,
+        },
+        Target {
             name: "file_names",
             about: "pg_logical file names: parse_snap_file_name, parse_mapping_file_name",
             run: file_names,
@@ -710,4 +718,48 @@ fn replay(d: &[u8]) -> bool {
         let _ = r.historic_view(Some(x));
     }
     complete
+}
+
+/// Log text as the adapter (src/adapter/server_log.rs) reads it: lines, each through the
+/// stderr, csvlog and jsonlog parsers (the adapter picks one by file name; all three get
+/// every line here), then what the trace asks of the events.
+fn server_log(d: &[u8]) -> bool {
+    use snapbuild_core::server_log::{
+        decoders, leading_timestamp, lines_for, message_lsn, parse_json_line, parse_start_detail,
+        writers_of, CsvParser, LogEvent, StderrParser,
+    };
+    let text = String::from_utf8_lossy(d);
+    let (mut stderr, mut csv) = (StderrParser::default(), CsvParser::default());
+    let mut events = Vec::new();
+    for line in text.split('\n') {
+        let line = line.trim_end_matches('\r');
+        events.extend(stderr.line(line));
+        events.extend(csv.line(line));
+        events.extend(parse_json_line(line));
+        let _ = (
+            leading_timestamp(line),
+            message_lsn(line),
+            parse_start_detail(line),
+        );
+    }
+    events.extend(stderr.finish());
+    let decs = decoders(&events);
+    for e in events.iter().take(32) {
+        if let LogEvent::Builder(b) = e {
+            let at = b.lsn().unwrap_or(Lsn(0));
+            for creating in [false, true] {
+                let _ = lines_for(
+                    &decs,
+                    &b.message,
+                    b.detail.as_deref(),
+                    Lsn(0x100),
+                    b.lsn(),
+                    creating,
+                );
+            }
+            let _ = writers_of(&events, at, Lsn(at.0.saturating_sub(0x28)), b.at_ms);
+            let _ = writers_of(&events, at, at, i64::MAX);
+        }
+    }
+    !events.is_empty()
 }

@@ -535,7 +535,7 @@ pub fn writers_of(events: &[LogEvent], lsn: Lsn, after: Lsn, mtime_ms: i64) -> W
         } = e
         {
             if *at_ms >= start
-                && *at_ms <= mtime_ms + CLOCK_SLACK_MS
+                && *at_ms <= mtime_ms.saturating_add(CLOCK_SLACK_MS)
                 && kind.can_start_at(*a, after)
                 && *restart <= lsn
                 && !found
@@ -889,6 +889,16 @@ mod tests {
             writers_of(&events, Lsn(75), Lsn(300), 45),
             Writers::Unknown(_)
         ));
+        // Found by the fuzzer (fuzz/, target server_log): a modification time at the end
+        // of i64 overflowed the clock slack (a panic in a debug build).
+        assert_eq!(
+            writers_of(&events, Lsn(95), Lsn(100), i64::MAX),
+            Writers::Known(vec![
+                (Lsn(60), "s".into(), Some(1), false),
+                (Lsn(70), "s".into(), Some(1), false),
+                (Lsn(90), "s".into(), Some(1), false)
+            ])
+        );
     }
 
     #[test]
