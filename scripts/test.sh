@@ -111,7 +111,7 @@ multi_session() ( # MAJOR: pgrx-tests/ (pg_snapbuild_tests) with the cluster's e
 stage "setup" "$ROOT/scripts/setup.sh" || exit
 stage "META.json version = Cargo.toml version" meta_version
 stage "core: cargo test -p snapbuild-core" cargo test -p snapbuild-core
-stage "core: fuzz, short pass (scripts/fuzz.sh 1000000)" timeout -k 10 180 "$ROOT/scripts/fuzz.sh" 1000000
+stage "core: fuzz, short pass (scripts/fuzz.sh 500000)" timeout -k 10 240 "$ROOT/scripts/fuzz.sh" 500000
 for m in $MAJORS; do
     stage "pg$m: cargo pgrx test" pgrx_test "$m"
     if stage "pg$m: reinstall + start cluster" start_cluster "$m"; then
