@@ -187,8 +187,9 @@ fn run(args: &[String]) -> i32 {
         let start = Instant::now();
         let out_of_time = |st: &Stats| {
             st.inputs >= inputs
-                || per_target_secs
-                    .is_some_and(|s| st.inputs % 1024 == 0 && start.elapsed().as_secs_f64() >= s)
+                || per_target_secs.is_some_and(|s| {
+                    st.inputs.is_multiple_of(1024) && start.elapsed().as_secs_f64() >= s
+                })
         };
         // Systematic part: each entry, its truncations and single-bit flips.
         'sys: for e in &entries {

@@ -30,11 +30,10 @@ pub struct Field {
 }
 
 fn interesting(r: &mut Rng, len: usize, f: Field) -> u64 {
-    let fits = if f.elem > 0 {
-        (len.saturating_sub(f.at + f.width) / f.elem) as u64
-    } else {
-        len as u64
-    };
+    let fits = len
+        .saturating_sub(f.at + f.width)
+        .checked_div(f.elem)
+        .unwrap_or(len) as u64;
     match r.below(16) {
         0 => 0,
         1 => 1,

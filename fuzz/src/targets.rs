@@ -38,7 +38,7 @@ pub struct Target {
     pub fields: fn(&[u8]) -> Vec<Field>,
     /// An edit applied after some mutations (e.g. a `.snap` file's CRC recomputed, so
     /// that mutations get past the checksum).
-    pub fixup: Option<fn(&mut Vec<u8>, &mut Rng)>,
+    pub fixup: Option<fn(&mut [u8], &mut Rng)>,
     pub max_len: usize,
 }
 
@@ -288,7 +288,7 @@ fn snap(d: &[u8]) -> bool {
 }
 
 /// Recomputes the CRC (half the time), so that edits reach the checks after it.
-fn snap_fixup(b: &mut Vec<u8>, r: &mut Rng) {
+fn snap_fixup(b: &mut [u8], r: &mut Rng) {
     if b.len() >= CONSTANT_SIZE && r.chance(2) {
         let crc = crc32c::crc32c(&b[NOT_CHECKSUMMED_SIZE..]);
         // The CRC covers what the reader consumed, not trailing bytes: cover the
@@ -417,7 +417,7 @@ struct Lookups<'a> {
 
 impl ServerLookups for Lookups<'_> {
     fn did_commit(&mut self, xid: TransactionId) -> bool {
-        xid % 3 != 0
+        !xid.is_multiple_of(3)
     }
     fn update_xid(&mut self, multi: TransactionId, infomask: u16) -> TransactionId {
         multi.wrapping_add(infomask as u32 & 7)

@@ -47,7 +47,7 @@ impl Seg<'_> {
     fn read(&self, mut pos: usize, n: usize) -> Option<(Vec<u8>, usize)> {
         let mut out = Vec::with_capacity(n);
         while out.len() < n {
-            if pos % PAGE == 0 {
+            if pos.is_multiple_of(PAGE) {
                 pos += if pos == 0 { LONG_HDR } else { SHORT_HDR };
             }
             let page_end = (pos / PAGE + 1) * PAGE;
@@ -119,10 +119,7 @@ pub fn records(bytes: &[u8], seg_lsn: u64, major: u32) -> Vec<Record> {
             None => return out,
         }
     }
-    loop {
-        let Some((hdr, _)) = seg.read(pos, RECORD_HDR) else {
-            break;
-        };
+    while let Some((hdr, _)) = seg.read(pos, RECORD_HDR) {
         let tot_len = u32_at(&hdr, 0) as usize;
         if !(RECORD_HDR..1 << 30).contains(&tot_len) {
             break;
