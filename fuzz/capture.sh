@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Captures the fuzz corpus's seeds from real servers: runs a workload on a throw-away cluster of
-# each MAJOR (scripts/cluster.sh, PGSNAP_PORT_BASE honoured), then copies what the server wrote:
-# pg_logical/snapshots/*.snap, pg_logical/mappings/map-* (VACUUM FULL of catalogs with a slot
-# present), heap pages (pageinspect get_raw_page), the server log's lines about decoders, and
-# the WAL segments the workload wrote. The WAL
-# segments are cut into record main data per record type by `snapfuzz capture` (fuzz/src/wal.rs
-# reads the segment files: page headers, record headers, block headers, CRC-32C checked).
+# Captures the fuzz corpus's seeds from real servers: runs a workload on the throw-away cluster
+# of each MAJOR (scripts/cluster.sh, PGSNAP_PORT_BASE honoured; its tables, slot and origin are
+# dropped afterwards), then copies what the server wrote: pg_logical/snapshots/*.snap,
+# pg_logical/mappings/map-* (VACUUM FULL of catalogs with a slot present), heap pages
+# (pageinspect get_raw_page), the server log's lines about decoders, and the WAL segments the
+# workload wrote. The WAL segments are cut into record main data per record type by `snapfuzz
+# capture` (fuzz/src/wal.rs reads the segment files: page headers, records split across pages,
+# block headers, CRC-32C checked).
 #   fuzz/capture.sh [MAJOR...]      default: 18 16 14 (one per on-disk snapshot version 6, 5, 4)
 # Writes fuzz/corpus/<target>/pgMAJOR-*.bin. Needs the majors' binaries in .pg (scripts/setup.sh).
 set -euo pipefail
@@ -93,6 +94,7 @@ SQL
     done
     # the server log's lines about decoders (stderr format, log_line_prefix '%m [%p] ')
     tail -c 262144 "$ROOT/.work/pg$m/server.log" >"$RAW/pg$m/server.log"
-    psql -qX -c "SELECT pg_drop_replication_slot('fuzz_slot')" >/dev/null
+    psql -qX -c "SELECT pg_drop_replication_slot('fuzz_slot')" \
+        -c "DROP TABLE IF EXISTS fz, fz3, fz_sub" -c "DROP EXTENSION IF EXISTS pageinspect" >/dev/null
     target/fuzz/snapfuzz capture "$m" "$RAW/pg$m" "$ROOT/fuzz/corpus"
 done
