@@ -79,6 +79,10 @@ impl ServerLookups for Server {
         })?;
         let mut names = Vec::new();
         for e in dir {
+            // a directory of many files is read once per cid miss of a heap scan
+            if names.len() % 1024 == 1023 {
+                pgrx::check_for_interrupts!();
+            }
             let e = e.map_err(|e| {
                 LookupError::Io(format!(
                     "could not read directory \"{MAPPINGS_DIR}\": {}",
@@ -91,6 +95,7 @@ impl ServerLookups for Server {
     }
 
     fn mapping_file(&mut self, name: &str) -> Result<Vec<u8>, LookupError> {
+        pgrx::check_for_interrupts!();
         let path = format!("{MAPPINGS_DIR}/{name}");
         std::fs::read(&path).map_err(|e| {
             LookupError::Io(format!(
