@@ -702,7 +702,7 @@ fn replay(d: &[u8]) -> bool {
         match r.feed(&head, &pl, &mut restore) {
             Ok(row) => {
                 if let Some(f) = row.serialized {
-                    last_file = Some(f);
+                    last_file = Some(*f);
                 }
             }
             Err(e) => {
