@@ -45,7 +45,6 @@ case $(id -un) in root | postgres) ;; *) WAL_READER=(sudo -n -u postgres --) ;; 
 
 # ---- 0. a private copy of the tree (scripts/bench/common.sh) ---------------------------------
 bench_copy_tree
-lsn_diff() { q "SELECT ('$2'::pg_lsn - '$1'::pg_lsn)::bigint"; }
 
 # ---- 1. a fresh cluster -----------------------------------------------------------------
 # The logical slot keeps every segment of the range; wal_keep_size is a second guard.

@@ -46,7 +46,6 @@ case $PORT in 5541[4-8]) echo "port $PORT belongs to the test clusters; pick ano
 command -v python3 >/dev/null || { echo "python3 is required" >&2; exit 1; }
 
 bench_copy_tree
-lsn_diff() { q "SELECT ('$2'::pg_lsn - '$1'::pg_lsn)::bigint"; }
 
 # Slots keep every segment from their restart_lsn; max_slot_wal_keep_size stays unlimited.
 bench_fresh_cluster <<EOF

@@ -606,32 +606,7 @@ fn payload(
             } else {
                 xactdesc::parse_commit_or_abort(version, info, data).ok()?
             };
-            let xid = if p.twophase_xid != 0 {
-                p.twophase_xid
-            } else {
-                xid
-            };
-            match kind {
-                RecordKind::Commit | RecordKind::CommitPrepared => Payload::Commit {
-                    xid,
-                    has_invals: p.has_invals(),
-                    subxacts: p.subxacts,
-                    db_id: p.db_id,
-                    gid: p.gid,
-                },
-                RecordKind::Prepare => Payload::Prepare {
-                    xid,
-                    subxacts: p.subxacts,
-                    db_id: p.db_id,
-                    gid: p.gid,
-                },
-                _ => Payload::Abort {
-                    xid,
-                    subxacts: p.subxacts,
-                    db_id: p.db_id,
-                    gid: p.gid,
-                },
-            }
+            Payload::from_xact(kind, p, xid)
         }
         RecordKind::NewCid => Payload::NewCid(NewCid::parse(data).ok()?),
         RecordKind::LogicalMessage => {

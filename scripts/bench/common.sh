@@ -32,6 +32,7 @@
 #                        (debug | release) and SOURCE (where the build comes from); exports
 #                        PGHOST, PGPORT, PGUSER, PGDATABASE and PATH (BIN first)
 #   q SQL                runs SQL, unaligned tuples only
+#   lsn_diff A B         bytes from LSN A to LSN B
 #   bench_fresh_cluster  initdbs a new cluster in DATA, appends its stdin (the settings) to
 #                        postgresql.conf, sets the EXIT trap and starts the cluster
 #   bench_idle_backend   sets IDLE_KIB and IDLE_ANON_KIB: VmHWM and RssAnon of a fresh backend
@@ -114,6 +115,7 @@ bench_copy_tree() {
 }
 
 q() { psql -X -q -At -v ON_ERROR_STOP=1 -c "$1"; }
+lsn_diff() { q "SELECT ('$2'::pg_lsn - '$1'::pg_lsn)::bigint"; }
 
 bench_fresh_cluster() { # settings for postgresql.conf on stdin
     local settings

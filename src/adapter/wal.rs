@@ -345,32 +345,7 @@ impl WalReader {
                     });
                     #[cfg(any(test, feature = "pg_test"))]
                     xact_check::compare(kind, &cur, &p, head.lsn);
-                    let xid = if p.twophase_xid != 0 {
-                        p.twophase_xid
-                    } else {
-                        head.xid
-                    };
-                    match kind {
-                        RecordKind::Commit | RecordKind::CommitPrepared => Payload::Commit {
-                            xid,
-                            has_invals: p.has_invals(),
-                            subxacts: p.subxacts,
-                            db_id: p.db_id,
-                            gid: p.gid,
-                        },
-                        RecordKind::Prepare => Payload::Prepare {
-                            xid,
-                            subxacts: p.subxacts,
-                            db_id: p.db_id,
-                            gid: p.gid,
-                        },
-                        _ => Payload::Abort {
-                            xid,
-                            subxacts: p.subxacts,
-                            db_id: p.db_id,
-                            gid: p.gid,
-                        },
-                    }
+                    Payload::from_xact(kind, p, head.xid)
                 }
                 RecordKind::NewCid => match NewCid::parse(data) {
                     Ok(n) => Payload::NewCid(n),

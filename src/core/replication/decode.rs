@@ -180,6 +180,44 @@ pub enum Payload {
     NewCid(NewCid),
 }
 
+impl Payload {
+    /// The payload of a parsed commit, commit prepared, abort, abort prepared or prepare
+    /// record of kind `kind` (xact_decode's view of it): its xid is the two-phase xid of
+    /// a prepared transaction, else `record_xid` (the record header's).
+    pub fn from_xact(
+        kind: RecordKind,
+        p: crate::access::xactdesc::ParsedXact,
+        record_xid: TransactionId,
+    ) -> Payload {
+        let xid = if p.twophase_xid != 0 {
+            p.twophase_xid
+        } else {
+            record_xid
+        };
+        match kind {
+            RecordKind::Commit | RecordKind::CommitPrepared => Payload::Commit {
+                xid,
+                has_invals: p.has_invals(),
+                subxacts: p.subxacts,
+                db_id: p.db_id,
+                gid: p.gid,
+            },
+            RecordKind::Prepare => Payload::Prepare {
+                xid,
+                subxacts: p.subxacts,
+                db_id: p.db_id,
+                gid: p.gid,
+            },
+            _ => Payload::Abort {
+                xid,
+                subxacts: p.subxacts,
+                db_id: p.db_id,
+                gid: p.gid,
+            },
+        }
+    }
+}
+
 /// One row of `snapbuild_trace`: what the replayed builder did on one record.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct TraceRow {
