@@ -49,14 +49,7 @@ bench_copy_tree
 # ---- 1. a fresh cluster -----------------------------------------------------------------
 # The logical slot keeps every segment of the range; wal_keep_size is a second guard.
 bench_fresh_cluster <<EOF
-listen_addresses = '127.0.0.1'
-port = $PORT
-unix_socket_directories = '$SOCK'
-wal_level = logical
-max_wal_size = 4GB
 wal_keep_size = $((WAL_MB * 2 + 1024))MB
-fsync = off
-log_line_prefix = '%m [%p] '
 EOF
 q "CREATE EXTENSION pg_snapbuild; CREATE EXTENSION pg_walinspect" >/dev/null
 q "SELECT pg_create_logical_replication_slot('bench_slot', 'test_decoding')" >/dev/null

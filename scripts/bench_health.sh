@@ -49,14 +49,7 @@ bench_copy_tree
 
 # Slots keep every segment from their restart_lsn; max_slot_wal_keep_size stays unlimited.
 bench_fresh_cluster <<EOF
-listen_addresses = '127.0.0.1'
-port = $PORT
-unix_socket_directories = '$SOCK'
-wal_level = logical
-max_wal_size = 4GB
 max_replication_slots = $((SLOTS + 10))
-fsync = off
-log_line_prefix = '%m [%p] '
 EOF
 q "CREATE EXTENSION pg_snapbuild" >/dev/null
 

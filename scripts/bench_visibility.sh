@@ -49,16 +49,9 @@ bench_copy_tree
 # ---- 1. a fresh cluster -----------------------------------------------------------------
 # shared_buffers holds all of pg_attribute (~150 MiB), so no run reads from disk.
 bench_fresh_cluster <<EOF
-listen_addresses = '127.0.0.1'
-port = $PORT
-unix_socket_directories = '$SOCK'
-wal_level = logical
 shared_buffers = 512MB
-max_wal_size = 4GB
-fsync = off
 autovacuum = off
 max_locks_per_transaction = 256
-log_line_prefix = '%m [%p] '
 EOF
 q "CREATE EXTENSION pg_snapbuild" >/dev/null
 q "SELECT pg_create_logical_replication_slot('$SLOT', 'test_decoding')" >/dev/null

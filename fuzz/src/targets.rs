@@ -229,14 +229,7 @@ fn major_of(b: u8) -> PgVersion {
 }
 
 fn params(major: u32, creating: bool) -> BuilderParams {
-    BuilderParams {
-        version: PgVersion::newest(major),
-        initial_xmin_horizon: 0,
-        start_decoding_at: Lsn(0),
-        building_full_snapshot: false,
-        in_slot_creation: creating,
-        two_phase_at: Lsn(0),
-    }
+    BuilderParams::plain(PgVersion::newest(major), creating)
 }
 
 fn snap(d: &[u8]) -> bool {

@@ -113,18 +113,23 @@ impl Standby {
         self.bin.join("pg_ctl")
     }
 
-    /// Whether a standby runs on its port, in recovery, streaming from this primary.
-    fn follows_primary(&self) -> bool {
-        if !self.env.pgdata.join("postmaster.pid").exists() {
-            return false;
-        }
+    /// A session on the standby, or `None` when it does not accept one (within 5 s).
+    fn try_connect(&self) -> Option<postgres::Client> {
         let mut cfg = postgres::Config::new();
         cfg.host(&self.env.host)
             .port(self.env.port)
             .user(&self.env.user)
             .dbname(&self.env.dbname)
             .connect_timeout(Duration::from_secs(5));
-        let Ok(mut c) = cfg.connect(postgres::NoTls) else {
+        cfg.connect(postgres::NoTls).ok()
+    }
+
+    /// Whether a standby runs on its port, in recovery, streaming from this primary.
+    fn follows_primary(&self) -> bool {
+        if !self.env.pgdata.join("postmaster.pid").exists() {
+            return false;
+        }
+        let Some(mut c) = self.try_connect() else {
             return false;
         };
         let Ok(r) = c.query_one(
@@ -148,13 +153,7 @@ impl Standby {
         let t0 = std::time::Instant::now();
         while t0.elapsed() < timeout {
             std::thread::sleep(Duration::from_millis(100));
-            let mut cfg = postgres::Config::new();
-            cfg.host(&self.env.host)
-                .port(self.env.port)
-                .user(&self.env.user)
-                .dbname(&self.env.dbname)
-                .connect_timeout(Duration::from_secs(5));
-            if let Ok(mut c) = cfg.connect(postgres::NoTls) {
+            if let Some(mut c) = self.try_connect() {
                 if replay_lsn(&mut c) >= target && self.follows_primary() {
                     return true;
                 }

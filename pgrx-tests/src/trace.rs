@@ -127,6 +127,13 @@ pub fn trace_rows(rows: Vec<Row>) -> Vec<TraceRow> {
         .collect()
 }
 
+/// The first row that took `branch` (`c-1`, `c-2`, …); panics with the trace when none did.
+pub fn branch_row<'a>(rows: &'a [TraceRow], branch: &str) -> &'a TraceRow {
+    rows.iter()
+        .find(|r| r.branch_is(branch))
+        .unwrap_or_else(|| panic!("no {branch} row:\n{}", dump(rows)))
+}
+
 pub fn dump(rows: &[TraceRow]) -> String {
     let mut s = String::new();
     for r in rows {

@@ -358,10 +358,7 @@ fn check_during_c1(
         dump(&rows)
     );
     compare_log_with_trace(&msgs1, &rows, None);
-    let c1 = rows
-        .iter()
-        .find(|r| r.branch_is("c-1"))
-        .unwrap_or_else(|| panic!("no c-1 row:\n{}", dump(&rows)));
+    let c1 = branch_row(&rows, "c-1");
     let wx = c1.wait_xids.clone().unwrap_or_default();
     assert!(
         wx.contains(&a) && wx.contains(&b),

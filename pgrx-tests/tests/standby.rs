@@ -41,6 +41,19 @@ fn decoding_on_standby(env: &Env, test: &str) -> bool {
     true
 }
 
+/// The start of a test that decodes on a standby: the primary (serialized, set up) and a
+/// session on it, the standby and a session there (`pgsnap-TEST`); `None` when the
+/// environment is missing or the major cannot decode on a standby (printed as skipped).
+fn start_on_standby(test: &str) -> Option<(Serial, Env, Client, Standby, Client)> {
+    let (g, env, pc) = start()?;
+    if !decoding_on_standby(&env, test) {
+        return None;
+    }
+    let sb = env.standby();
+    let sc = sb.connect(&format!("pgsnap-{test}"));
+    Some((g, env, pc, sb, sc))
+}
+
 /// (kind, xid, finding, remedy) rows of `snapbuild_diagnose(slot)`.
 fn diagnosis(c: &mut Client, slot: &str) -> Vec<(String, Option<u64>, String, Option<String>)> {
     c.query(
@@ -112,14 +125,9 @@ fn pid_by_remedy(pc: &mut Client, remedy: &str) -> Option<i32> {
 
 #[test]
 fn st1_standby_creation_c1_c2_c3_then_decoding() {
-    let Some((_g, env, mut pc)) = start() else {
+    let Some((_g, env, mut pc, sb, mut sc)) = start_on_standby("st1") else {
         return;
     };
-    if !decoding_on_standby(&env, "st1") {
-        return;
-    }
-    let sb = env.standby();
-    let mut sc = sb.connect("pgsnap-st1");
     let slot = "pgsnap_st1";
     let _guard = SlotGuard::new(&sb.env, slot);
     pc.batch_execute("DROP TABLE IF EXISTS pgsnap_st1_t; CREATE TABLE pgsnap_st1_t (id int)")
@@ -145,10 +153,7 @@ fn st1_standby_creation_c1_c2_c3_then_decoding() {
     env.log_standby_snapshot(&mut pc);
     let msgs = wait_logged(&sb, off, cr.pid, "c-1");
     let rows = check_standby_trace(&mut sc, slot, &msgs, &mut stats);
-    let c1 = rows
-        .iter()
-        .find(|r| r.branch_is("c-1"))
-        .unwrap_or_else(|| panic!("no c-1 row:\n{}", dump(&rows)));
+    let c1 = branch_row(&rows, "c-1");
     let wx = c1.wait_xids.clone().unwrap_or_default();
     assert!(
         wx.contains(&a) && wx.contains(&b),
@@ -196,10 +201,7 @@ fn st1_standby_creation_c1_c2_c3_then_decoding() {
     env.log_standby_snapshot(&mut pc);
     let msgs = wait_logged(&sb, off, cr.pid, "c-2");
     let rows = check_standby_trace(&mut sc, slot, &msgs, &mut stats);
-    let c2 = rows
-        .iter()
-        .find(|r| r.branch_is("c-2"))
-        .unwrap_or_else(|| panic!("no c-2 row:\n{}", dump(&rows)));
+    let c2 = branch_row(&rows, "c-2");
     assert!(
         c2.wait_xids.clone().unwrap_or_default().contains(&dx),
         "c-2 waits for d={dx}:\n{}",
@@ -314,14 +316,9 @@ fn st1_standby_creation_c1_c2_c3_then_decoding() {
 
 #[test]
 fn st2_standby_creation_waits_for_the_primarys_running_xacts() {
-    let Some((_g, env, mut pc)) = start() else {
+    let Some((_g, env, mut pc, sb, mut sc)) = start_on_standby("st2") else {
         return;
     };
-    if !decoding_on_standby(&env, "st2") {
-        return;
-    }
-    let sb = env.standby();
-    let mut sc = sb.connect("pgsnap-st2");
     let slot = "pgsnap_st2";
     let guard = SlotGuard::new(&sb.env, slot);
     let mut attempt = 0;
@@ -519,14 +516,9 @@ fn create_on_standby(env: &Env, sb: &Standby, pc: &mut Client, slot: &str) -> u6
 
 #[test]
 fn st4_promotion_trace_follows_the_new_timeline() {
-    let Some((_g, env, mut pc)) = start() else {
+    let Some((_g, env, mut pc, sb, mut sc)) = start_on_standby("st4") else {
         return;
     };
-    if !decoding_on_standby(&env, "st4") {
-        return;
-    }
-    let sb = env.standby();
-    let mut sc = sb.connect("pgsnap-st4");
     let slot = "pgsnap_st4";
     pc.batch_execute("DROP TABLE IF EXISTS pgsnap_st4_t; CREATE TABLE pgsnap_st4_t (id int)")
         .unwrap();
@@ -890,14 +882,9 @@ impl Drop for FeedbackReset<'_> {
 
 #[test]
 fn st6_conflict_rows_removed_invalidates_the_standby_slot() {
-    let Some((_g, env, mut pc)) = start() else {
+    let Some((_g, env, mut pc, sb, mut sc)) = start_on_standby("st6") else {
         return;
     };
-    if !decoding_on_standby(&env, "st6") {
-        return;
-    }
-    let sb = env.standby();
-    let mut sc = sb.connect("pgsnap-st6");
     let slot = "pgsnap_st6";
     let _guard = SlotGuard::new(&sb.env, slot);
     // Without feedback the primary's VACUUM removes catalog rows the slot still needs.

@@ -33,8 +33,11 @@
 #                        PGHOST, PGPORT, PGUSER, PGDATABASE and PATH (BIN first)
 #   q SQL                runs SQL, unaligned tuples only
 #   lsn_diff A B         bytes from LSN A to LSN B
-#   bench_fresh_cluster  initdbs a new cluster in DATA, appends its stdin (the settings) to
-#                        postgresql.conf, sets the EXIT trap and starts the cluster
+#   bench_fresh_cluster  initdbs a new cluster in DATA, appends the settings every benchmark
+#                        uses (127.0.0.1, PORT, SOCK, wal_level logical, max_wal_size 4GB,
+#                        fsync off, log_line_prefix '%m [%p] ') and then its stdin (the
+#                        benchmark's own settings) to postgresql.conf, sets the EXIT trap and
+#                        starts the cluster
 #   bench_idle_backend   sets IDLE_KIB and IDLE_ANON_KIB: VmHWM and RssAnon of a fresh backend
 #                        that ran nothing, the baseline for the backends' figures
 #   bench_sampled_psql QUERY
@@ -119,7 +122,14 @@ lsn_diff() { q "SELECT ('$2'::pg_lsn - '$1'::pg_lsn)::bigint"; }
 
 bench_fresh_cluster() { # settings for postgresql.conf on stdin
     local settings
-    settings=$(cat)
+    settings="listen_addresses = '127.0.0.1'
+port = $PORT
+unix_socket_directories = '$SOCK'
+wal_level = logical
+max_wal_size = 4GB
+fsync = off
+log_line_prefix = '%m [%p] '
+$(cat)"
     say "fresh cluster in $DATA on port $PORT"
     as_pg rm -rf "$DATA" "$SOCK"
     as_pg mkdir -p "$SOCK"

@@ -229,14 +229,7 @@ mod tests {
     use crate::{BuilderParams, PgVersion};
 
     fn params(major: u32) -> BuilderParams {
-        BuilderParams {
-            version: PgVersion::newest(major),
-            initial_xmin_horizon: 0,
-            start_decoding_at: Lsn(0),
-            building_full_snapshot: false,
-            in_slot_creation: false,
-            two_phase_at: Lsn(0),
-        }
+        BuilderParams::plain(PgVersion::newest(major), false)
     }
 
     fn consistent_builder() -> SnapBuild {

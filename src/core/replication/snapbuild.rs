@@ -129,6 +129,22 @@ pub struct BuilderParams {
     pub two_phase_at: Lsn,
 }
 
+impl BuilderParams {
+    /// The parameters of a decoder with no slot-specific positions: no initial xmin
+    /// horizon, start_decoding_at and two_phase_at invalid, no full snapshot (as
+    /// AllocateSnapshotBuilder gets them for a range replay; a test's starting point).
+    pub fn plain(version: PgVersion, in_slot_creation: bool) -> Self {
+        BuilderParams {
+            version,
+            initial_xmin_horizon: INVALID_TRANSACTION_ID,
+            start_decoding_at: INVALID_LSN,
+            building_full_snapshot: false,
+            in_slot_creation,
+            two_phase_at: INVALID_LSN,
+        }
+    }
+}
+
 /// What SnapBuildCommitTxn decided for one commit.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum CommitVerdict {
@@ -834,14 +850,7 @@ mod tests {
     use super::*;
 
     fn params(major: u32) -> BuilderParams {
-        BuilderParams {
-            version: PgVersion::newest(major),
-            initial_xmin_horizon: 0,
-            start_decoding_at: INVALID_LSN,
-            building_full_snapshot: false,
-            in_slot_creation: true,
-            two_phase_at: INVALID_LSN,
-        }
+        BuilderParams::plain(PgVersion::newest(major), true)
     }
 
     fn no_file(_: Lsn) -> RestoreResult {

@@ -67,14 +67,7 @@ fn mutated_valid_files_fail_cleanly_or_roundtrip() {
 }
 
 fn params(major: u32, creating: bool) -> BuilderParams {
-    BuilderParams {
-        version: PgVersion::newest(major),
-        initial_xmin_horizon: 0,
-        start_decoding_at: Lsn(0),
-        building_full_snapshot: false,
-        in_slot_creation: creating,
-        two_phase_at: Lsn(0),
-    }
+    BuilderParams::plain(PgVersion::newest(major), creating)
 }
 
 /// Random but plausible histories of RUNNING_XACTS records (xids start anywhere, even
