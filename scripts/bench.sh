@@ -17,6 +17,11 @@
 #   PGSNAP_BENCH_RELEASE=1 benchmark a --release build of the work tree (cargo target dir
 #                          .work/bench/target); default: the build installed in .pg/MAJOR
 #   PGSNAP_BENCH_KEEP=1    leave the cluster running afterwards
+#   PGSNAP_BENCH_REPEAT    runs of the floor (pg_waldump --stats) and of both traces over the
+#                          whole range, interleaved (default 3); each run's trace / floor
+#                          ratios are reported, in wall time and in CPU time
+#   PGSNAP_BENCH_REUSE=1   skip steps 0-2 and measure the cluster a previous run kept
+#                          (PGSNAP_BENCH_KEEP=1) over the same range (.work/bench/meta.tsv)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,6 +34,8 @@ MAJOR=${PGSNAP_BENCH_MAJOR:-18}
 PORT=${PGSNAP_BENCH_PORT:-55430}
 W_LABEL=.work/bench
 W=$ROOT/$W_LABEL
+REPEAT=${PGSNAP_BENCH_REPEAT:-3}
+REUSE=${PGSNAP_BENCH_REUSE:-0}
 . "$ROOT/scripts/bench/common.sh"
 
 case $PORT in 5541[4-8]) echo "port $PORT belongs to the test clusters; pick another PGSNAP_BENCH_PORT" >&2; exit 2 ;; esac
@@ -46,62 +53,76 @@ case $(id -un) in root | postgres) ;; *) WAL_READER=(sudo -n -u postgres --) ;; 
 # ---- 0. a private copy of the tree (scripts/bench/common.sh) ---------------------------------
 bench_copy_tree
 
-# ---- 1. a fresh cluster -----------------------------------------------------------------
-# The logical slot keeps every segment of the range; wal_keep_size is a second guard.
-bench_fresh_cluster <<EOF
-wal_keep_size = $((WAL_MB * 2 + 1024))MB
-EOF
-q "CREATE EXTENSION pg_snapbuild; CREATE EXTENSION pg_walinspect" >/dev/null
-q "SELECT pg_create_logical_replication_slot('bench_slot', 'test_decoding')" >/dev/null
+meta_value() { awk -F'\t' -v k="$1" '$1 == k { print $2 }' "$META"; }
+if [ "$REUSE" = 1 ]; then
+    # ---- 1-2. the cluster and the WAL a previous run kept -------------------------------------
+    [ -f "$DATA/PG_VERSION" ] && [ -f "$META" ] ||
+        { echo "PGSNAP_BENCH_REUSE=1: no kept cluster in $W_LABEL (run once with PGSNAP_BENCH_KEEP=1)" >&2; exit 1; }
+    bench_start_kept_cluster
+    START=$(meta_value start_lsn) END=$(meta_value end_lsn)
+    SCALE=$(meta_value pgbench_scale) CLIENTS=$(meta_value pgbench_clients) txns=$(meta_value pgbench_transactions)
+    WAL_BYTES=$(lsn_diff "$START" "$END")
+    say "reusing range [$START, $END]: $WAL_BYTES bytes of WAL, $txns pgbench transactions"
+else
+    # ---- 1. a fresh cluster -----------------------------------------------------------------
+    # The logical slot keeps every segment of the range; wal_keep_size is a second guard.
+    echo "wal_keep_size = $((WAL_MB * 2 + 1024))MB" | bench_fresh_cluster
+    q "CREATE EXTENSION pg_snapbuild; CREATE EXTENSION pg_walinspect" >/dev/null
+    q "SELECT pg_create_logical_replication_slot('bench_slot', 'test_decoding')" >/dev/null
 
-# ---- 2. >= WAL_MB of pgbench WAL ------------------------------------------------------------
-START=$(q "SELECT pg_current_wal_lsn()")
-wal_since_start() { q "SELECT (pg_current_wal_lsn() - '$START'::pg_lsn)::bigint"; }
-target=$((WAL_MB * 1024 * 1024))
-# Scale WAL_MB/34: pgbench -i writes ~12 MiB of WAL per scale unit, so ~35% of the WAL;
-# the rest comes from TPC-B transactions (many small commits, full-page images after each
-# checkpoint).
-SCALE=$(( (WAL_MB / 2 + 16) / 17 ))
-say "start LSN $START (after creating slot bench_slot); pgbench -i -s $SCALE"
-pgbench -i -q -s "$SCALE" >"$W/pgbench-init.log" 2>&1 || { cat "$W/pgbench-init.log" >&2; exit 1; }
-say "WAL after init: $(( $(wal_since_start) / 1048576 )) MiB; pgbench -c $CLIENTS in 15 s rounds until $WAL_MB MiB"
-: >"$W/pgbench-run.log"
-txns=0 rounds=0
-while [ "$(wal_since_start)" -lt "$target" ]; do
-    rounds=$((rounds + 1))
-    [ "$rounds" -le 500 ] || { echo "WAL does not grow: see $W/pgbench-run.log" >&2; exit 1; }
-    pgbench -n -c "$CLIENTS" -j 2 -T 15 >>"$W/pgbench-run.log" 2>&1 ||
-        { tail -n 20 "$W/pgbench-run.log" >&2; exit 1; }
-    n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$W/pgbench-run.log" | tail -n 1)
-    txns=$((txns + n))
-    printf '    round %d: %d transactions, WAL %d MiB\n' "$rounds" "$n" $(( $(wal_since_start) / 1048576 ))
-done
-END=$(q "SELECT pg_current_wal_flush_lsn()")
-WAL_BYTES=$(lsn_diff "$START" "$END")
-say "range [$START, $END]: $WAL_BYTES bytes of WAL ($((WAL_BYTES / 1048576)) MiB), $txns pgbench transactions"
+    # ---- 2. >= WAL_MB of pgbench WAL ------------------------------------------------------------
+    START=$(q "SELECT pg_current_wal_lsn()")
+    wal_since_start() { q "SELECT (pg_current_wal_lsn() - '$START'::pg_lsn)::bigint"; }
+    target=$((WAL_MB * 1024 * 1024))
+    # Scale WAL_MB/34: pgbench -i writes ~12 MiB of WAL per scale unit, so ~35% of the WAL;
+    # the rest comes from TPC-B transactions (many small commits, full-page images after each
+    # checkpoint).
+    SCALE=$(( (WAL_MB / 2 + 16) / 17 ))
+    say "start LSN $START (after creating slot bench_slot); pgbench -i -s $SCALE"
+    pgbench -i -q -s "$SCALE" >"$W/pgbench-init.log" 2>&1 || { cat "$W/pgbench-init.log" >&2; exit 1; }
+    say "WAL after init: $(( $(wal_since_start) / 1048576 )) MiB; pgbench -c $CLIENTS in 15 s rounds until $WAL_MB MiB"
+    : >"$W/pgbench-run.log"
+    txns=0 rounds=0
+    while [ "$(wal_since_start)" -lt "$target" ]; do
+        rounds=$((rounds + 1))
+        [ "$rounds" -le 500 ] || { echo "WAL does not grow: see $W/pgbench-run.log" >&2; exit 1; }
+        pgbench -n -c "$CLIENTS" -j 2 -T 15 >>"$W/pgbench-run.log" 2>&1 ||
+            { tail -n 20 "$W/pgbench-run.log" >&2; exit 1; }
+        n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$W/pgbench-run.log" | tail -n 1)
+        txns=$((txns + n))
+        printf '    round %d: %d transactions, WAL %d MiB\n' "$rounds" "$n" $(( $(wal_since_start) / 1048576 ))
+    done
+    END=$(q "SELECT pg_current_wal_flush_lsn()")
+    WAL_BYTES=$(lsn_diff "$START" "$END")
+    say "range [$START, $END]: $WAL_BYTES bytes of WAL ($((WAL_BYTES / 1048576)) MiB), $txns pgbench transactions"
+fi
 
 # ---- 3. measurements ----------------------------------------------------------------------
 # One line per measurement in $RUNS (read by scripts/bench/report.py):
-#   id tool pct lo hi wal_bytes rows wall_s peak_rss_kib peak_anon_kib kind
+#   id tool pct lo hi wal_bytes rows wall_s peak_rss_kib peak_anon_kib kind run cpu_s
 : >"$RUNS"
 export BENCH_HELPERS=$HELPERS BENCH_SAMPLES=$W/samples
-record_run() { # ID TOOL PCT LO HI ROWS SECS PEAK_KIB ANON_KIB KIND
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
-        "$1" "$2" "$3" "$4" "$5" "$(lsn_diff "$4" "$5")" "$6" "$7" "$8" "$9" "${10}" >>"$RUNS"
-    printf '    %-34s %4s%%  %10s rows  %8.2f s  peak RSS %5d MiB  peak anon %5d MiB\n' \
-        "$2" "$3" "$6" "$7" $(($8 / 1024)) $(($9 / 1024))
+RUN=1
+record_run() { # ID TOOL PCT LO HI ROWS SECS PEAK_KIB ANON_KIB KIND CPU_SECS
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+        "$1" "$2" "$3" "$4" "$5" "$(lsn_diff "$4" "$5")" "$6" "$7" "$8" "$9" "${10}" "$RUN" "${11}" >>"$RUNS"
+    printf '    %-34s %4s%% run %d  %10s rows  %8.2f s (CPU %6.2f s)  peak RSS %5d MiB  peak anon %5d MiB\n' \
+        "$2" "$3" "$RUN" "$6" "$7" "${11}" $(($8 / 1024)) $(($9 / 1024))
 }
 # sql_peak ID TOOL PCT LO HI QUERY: "SELECT count(*) FROM QUERY" on a fresh connection.
-# Wall time: the server's clock around the statement. Peak RSS: the backend's VmHWM, read
+# Wall time: the server's clock around the statement; CPU time: the backend's utime +
+# stime (/proc/<pid>/stat) around it. Peak RSS: the backend's VmHWM, read
 # from /proc/<pid>/status right after the statement, on the same open connection. Peak anon:
 # RssAnon (private memory; VmHWM also counts the shared buffers the backend touched),
 # sampled every 5 ms during the statement by scripts/bench/sample.py.
 sql_peak() {
     local id=$1 tool=$2 pct=$3 lo=$4 hi=$5 query=$6 out n secs hwm anon
     out=$(bench_sampled_psql "$query" <<'SQL'
+\! awk '{ print $14 + $15 }' "/proc/$BENCH_PID/stat" >"$BENCH_SAMPLES/cpu0"
 SELECT clock_timestamp() AS t0 \gset
 SELECT count(*) AS n FROM :query \gset
 SELECT extract(epoch FROM clock_timestamp() - :'t0'::timestamptz) AS secs \gset
+\! awk '{ print $14 + $15 }' "/proc/$BENCH_PID/stat" >"$BENCH_SAMPLES/cpu1"
 \! touch "$BENCH_SAMPLES/stop"; i=0; while [ ! -e "$BENCH_SAMPLES/peaks" ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done
 \echo :n :secs
 \! awk '$1 == "VmHWM:" { print $2 }' "/proc/$BENCH_PID/status"
@@ -109,21 +130,23 @@ SQL
 )
     read -r n secs <<<"$(sed -n 1p <<<"$out")"
     hwm=$(sed -n 2p <<<"$out")
+    cpu=$(awk -v t="$(getconf CLK_TCK)" 'NR == 1 { a = $1 } NR == 2 { printf "%.2f", ($1 - a) / t }' \
+        "$BENCH_SAMPLES/cpu0" "$BENCH_SAMPLES/cpu1")
     if [ -z "$hwm" ] || [ ! -s "$BENCH_SAMPLES/peaks" ]; then
         echo "no memory figures for $id: $out" >&2; exit 1
     fi
     read -r _ anon _ <"$BENCH_SAMPLES/peaks"
-    record_run "$id" "$tool" "$pct" "$lo" "$hi" "$n" "$secs" "$hwm" "$anon" backend
+    record_run "$id" "$tool" "$pct" "$lo" "$hi" "$n" "$secs" "$hwm" "$anon" backend "$cpu"
 }
-# proc_peak ID TOOL PCT LO HI ROWS OUTFILE CMD...: wall time, ru_maxrss and sampled RssAnon
-# of CMD (scripts/bench/rusage.py), its stdout to OUTFILE. ROWS "stats": the record count
-# of the pg_waldump --stats output in OUTFILE.
+# proc_peak ID TOOL PCT LO HI ROWS OUTFILE CMD...: wall time, ru_maxrss, sampled RssAnon and
+# CPU time (user + system) of CMD (scripts/bench/rusage.py), its stdout to OUTFILE. ROWS
+# "stats": the record count of the pg_waldump --stats output in OUTFILE.
 proc_peak() {
-    local id=$1 tool=$2 pct=$3 lo=$4 hi=$5 rows=$6 outfile=$7 secs kib anon
+    local id=$1 tool=$2 pct=$3 lo=$4 hi=$5 rows=$6 outfile=$7 secs kib anon cpu
     shift 7
-    read -r secs kib anon <<<"$(python3 "$HELPERS/rusage.py" "$outfile" "${WAL_READER[@]}" "$@")"
+    read -r secs kib anon cpu <<<"$(python3 "$HELPERS/rusage.py" "$outfile" "${WAL_READER[@]}" "$@")"
     if [ "$rows" = stats ]; then rows=$(awk '$1 == "Total" { print $2; exit }' "$outfile"); fi
-    record_run "$id" "$tool" "$pct" "$lo" "$hi" "$rows" "$secs" "$kib" "$anon" process
+    record_run "$id" "$tool" "$pct" "$lo" "$hi" "$rows" "$secs" "$kib" "$anon" process "$cpu"
 }
 
 bench_idle_backend # a fresh backend that ran nothing: the baseline for the backends' figures
@@ -143,6 +166,17 @@ for pct in $PCTS; do
         "snapbuild_trace_range('$START', '$HI', all_records => false)"
     sql_peak "trace_all_$pct" "snapbuild_trace_range all_records" "$pct" "$START" "$HI" \
         "snapbuild_trace_range('$START', '$HI', all_records => true)"
+done
+# The floor and both traces again over the whole range, interleaved, so that each run's
+# ratios compare figures taken under the same load.
+for RUN in $(seq 2 "$REPEAT"); do
+    say "run $RUN of $REPEAT over the whole range"
+    proc_peak "waldump_stats_100" "pg_waldump --stats" 100 "$START" "$END" stats \
+        "$W/waldump-stats-100.txt" "$BIN/pg_waldump" --stats --path "$DATA/pg_wal" --start "$START" --end "$END"
+    sql_peak "trace_100" "snapbuild_trace_range" 100 "$START" "$END" \
+        "snapbuild_trace_range('$START', '$END', all_records => false)"
+    sql_peak "trace_all_100" "snapbuild_trace_range all_records" 100 "$START" "$END" \
+        "snapbuild_trace_range('$START', '$END', all_records => true)"
 done
 
 # ---- 4. report ----------------------------------------------------------------------------

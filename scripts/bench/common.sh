@@ -40,6 +40,8 @@
 #                        starts the cluster
 #   bench_idle_backend   sets IDLE_KIB and IDLE_ANON_KIB: VmHWM and RssAnon of a fresh backend
 #                        that ran nothing, the baseline for the backends' figures
+#   bench_start_kept_cluster
+#                        starts the cluster a previous run left in DATA (PGSNAP_BENCH_KEEP=1)
 #   bench_sampled_psql QUERY
 #                        a psql session (the caller exports BENCH_HELPERS=$HELPERS and
 #                        BENCH_SAMPLES, a scratch directory) with :query set to QUERY, on a
@@ -136,6 +138,13 @@ $(cat)"
     as_pg "$BIN/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 --no-locale >"$W/initdb.log" 2>&1 ||
         { cat "$W/initdb.log" >&2; exit 1; }
     as_pg tee -a "$DATA/postgresql.conf" >/dev/null <<<"$settings"
+    trap finish EXIT
+    as_pg "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null ||
+        { echo "bench cluster failed to start; tail of $LOG:" >&2; tail -n 30 "$LOG" >&2; exit 1; }
+}
+
+bench_start_kept_cluster() { # the cluster in $DATA a run with PGSNAP_BENCH_KEEP=1 left
+    say "kept cluster in $DATA on port $PORT"
     trap finish EXIT
     as_pg "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null ||
         { echo "bench cluster failed to start; tail of $LOG:" >&2; tail -n 30 "$LOG" >&2; exit 1; }

@@ -3,7 +3,9 @@
 growth of peak memory with the range, and write them all as JSON.
 
 RUNS.tsv columns (tab-separated, no header), as scripts/bench.sh writes them:
-  id tool pct start_lsn end_lsn wal_bytes rows wall_s peak_rss_kib peak_anon_kib kind
+  id tool pct start_lsn end_lsn wal_bytes rows wall_s peak_rss_kib peak_anon_kib kind run cpu_s
+(an id measured several times has one line per run; the figures of run 1 are the table's
+and the older ratios', and each run's trace / floor ratios are given apart).
 kind "backend": peak RSS is the backend's VmHWM; "process": the child's ru_maxrss.
 peak_anon_kib is RssAnon (private memory) sampled every 5 ms.
 META.tsv: key<TAB>value lines (numbers become JSON numbers)."""
@@ -38,10 +40,12 @@ def read_runs(path, idle_kib):
         for line in f:
             if not line.strip():
                 continue
-            rid, tool, pct, start, end, wal, rows, secs, peak, anon, kind = line.rstrip("\n").split("\t")
+            rid, tool, pct, start, end, wal, rows, secs, peak, anon, kind, run, cpu = \
+                line.rstrip("\n").split("\t")
             wal, rows, secs, peak, anon = int(wal), int(rows), float(secs), int(peak), int(anon)
             runs.append({
-                "id": rid, "tool": tool, "range_pct": int(pct),
+                "id": rid, "run": int(run), "cpu_s": float(cpu) if cpu else None,
+                "tool": tool, "range_pct": int(pct),
                 "start_lsn": start, "end_lsn": end, "wal_bytes": wal,
                 "rows": rows, "wall_s": round(secs, 3),
                 "mib_per_s": round(wal / MIB / secs, 1) if secs > 0 else None,
@@ -60,7 +64,24 @@ def main():
     meta = read_meta(meta_path)
     idle_kib = meta["idle_backend_peak_kib"]
     runs = read_runs(runs_path, idle_kib)
-    by_id = {r["id"]: r for r in runs}
+    by_id = {r["id"]: r for r in runs if r["run"] == 1}
+    # Each run's trace / floor (pg_waldump --stats: PostgreSQL's reader reading and
+    # CRC-checking every record, counting them only), in wall and in CPU time.
+    floor = {}
+    for r in runs:
+        if r["id"] == "waldump_stats_100":
+            floor[r["run"]] = r
+    per_run = []
+    for r in runs:
+        f = floor.get(r["run"])
+        if r["id"] in ("trace_100", "trace_all_100") and f and f["wall_s"]:
+            per_run.append({
+                "run": r["run"], "id": r["id"], "rows": r["rows"],
+                "wall_s": r["wall_s"], "floor_wall_s": f["wall_s"],
+                "wall_ratio": round(r["wall_s"] / f["wall_s"], 2),
+                "cpu_s": r["cpu_s"], "floor_cpu_s": f["cpu_s"],
+                "cpu_ratio": round(r["cpu_s"] / f["cpu_s"], 2) if r["cpu_s"] and f["cpu_s"] else None,
+            })
 
     def ratio(a, b, key):
         ra, rb = by_id.get(a), by_id.get(b)
@@ -71,7 +92,7 @@ def main():
     # Over the whole range: trace / other (> 1: the trace is slower or bigger).
     ratios = {}
     for trace in ("trace", "trace_all"):
-        for other in ("waldump", "walinspect"):
+        for other in ("waldump_stats", "waldump", "walinspect"):
             a, b = f"{trace}_100", f"{other}_100"
             ratios[f"{trace}/{other}"] = {
                 "wall": ratio(a, b, "wall_s"),
@@ -84,7 +105,7 @@ def main():
     # Whole range against each shorter prefix, tool by tool.
     growth = {}
     for r in runs:
-        if r["range_pct"] != 100:
+        if r["range_pct"] != 100 or r["run"] != 1:
             continue
         for s in runs:
             if s["tool"] == r["tool"] and s["range_pct"] < 100:
@@ -96,13 +117,14 @@ def main():
                     if s["peak_anon_mib"] else None,
                 }
 
-    hdr = ["tool", "range", "records/rows", "WAL MiB", "wall s", "MiB/s",
+    hdr = ["tool", "range", "run", "records/rows", "WAL MiB", "wall s", "CPU s", "MiB/s",
            "peak RSS MiB", "RSS over idle", "peak anon MiB"]
     table = [hdr]
     for r in runs:
         table.append([
-            r["tool"], f"{r['range_pct']}%", str(r["rows"]), f"{r['wal_bytes'] / MIB:.1f}",
-            f"{r['wall_s']:.2f}", str(r["mib_per_s"]), f"{r['peak_rss_mib']:.1f}",
+            r["tool"], f"{r['range_pct']}%", str(r["run"]), str(r["rows"]), f"{r['wal_bytes'] / MIB:.1f}",
+            f"{r['wall_s']:.2f}", "-" if r["cpu_s"] is None else f"{r['cpu_s']:.2f}",
+            str(r["mib_per_s"]), f"{r['peak_rss_mib']:.1f}",
             "-" if r["peak_rss_over_idle_mib"] is None else f"{r['peak_rss_over_idle_mib']:.1f}",
             f"{r['peak_anon_mib']:.1f}",
         ])
@@ -123,13 +145,20 @@ def main():
     for k, v in ratios.items():
         print(f"  {k:22} " + "  ".join(f"{m} {x}" for m, x in v.items()))
     print()
+    print("each run over the whole range, against the floor pg_waldump --stats of the same run"
+          " (goal: trace <= 1.5x, all_records <= 4x):")
+    for p in per_run:
+        print(f"  run {p['run']} {p['id']:14} wall {p['wall_s']:.2f} s / {p['floor_wall_s']:.2f} s = "
+              f"{p['wall_ratio']}x   CPU {p['cpu_s']} s / {p['floor_cpu_s']} s = {p['cpu_ratio']}x")
+    print()
     print("peak memory, whole range vs a prefix (does it grow with WAL length?):")
     for k, v in growth.items():
         print(f"  {k:40} WAL x{v['wal_bytes_ratio']}: peak RSS {v['peak_rss_delta_mib']:+.1f} MiB, "
               f"peak anon {v['peak_anon_delta_mib']:+.1f} MiB (x{v['peak_anon_ratio']})")
 
     with open(out_path, "w") as f:
-        json.dump({"meta": meta, "runs": runs, "ratios": ratios, "growth": growth}, f, indent=2)
+        json.dump({"meta": meta, "runs": runs, "ratios": ratios, "floor_ratios": per_run,
+                   "growth": growth}, f, indent=2)
         f.write("\n")
     print(f"\nJSON: {out_path}")
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """rusage.py OUTFILE CMD [ARG...]: run CMD with its stdout sent to OUTFILE and print
-"<wall seconds> <peak RSS KiB> <peak RssAnon KiB>": the peak RSS is the child's ru_maxrss
-(getrusage RUSAGE_CHILDREN), the RssAnon peak (of CMD or its largest descendant) is sampled from /proc every 5 ms.
+"<wall seconds> <peak RSS KiB> <peak RssAnon KiB> <CPU seconds>": the peak RSS is the child's ru_maxrss
+(getrusage RUSAGE_CHILDREN, as is the CPU time, user + system), the RssAnon peak (of CMD or its largest descendant) is sampled from /proc every 5 ms.
 Exits with the child's status if it failed (its stderr passes through)."""
 import resource
 import subprocess
@@ -38,7 +38,8 @@ def main():
         secs = time.monotonic() - t0
     if child.returncode != 0:
         sys.exit(child.returncode)
-    print(f"{secs:.3f} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss} {anon}")
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(f"{secs:.3f} {ru.ru_maxrss} {anon} {ru.ru_utime + ru.ru_stime:.2f}")
 
 
 if __name__ == "__main__":

@@ -199,14 +199,20 @@ impl DecodingContext {
     /// The record loop: reads the next record and re-runs decode.c
     /// LogicalDecodingProcessRecord on it. `None` at the end (see
     /// [`DecodingContext::stopped`]); `Some(Err)` for the ERROR the server would raise
-    /// there (a broken `.snap` file on branch b), after which the loop ends.
-    pub fn next_row(&mut self) -> Option<Result<TraceRow, ReplayError>> {
+    /// there (a broken `.snap` file on branch b), after which the loop ends;
+    /// `Some(Ok(None))` for a record that changed nothing a row would show (most records:
+    /// heap, btree, full-page images) unless the input asks for `all_records`, which gets
+    /// a row for every record.
+    pub fn next_row(&mut self) -> Option<Result<Option<TraceRow>, ReplayError>> {
         self.next_row_upto(None)
     }
 
     /// [`DecodingContext::next_row`], but only for a record ending at or before `limit`
     /// (a later one stays unread for the next call).
-    pub fn next_row_upto(&mut self, limit: Option<Lsn>) -> Option<Result<TraceRow, ReplayError>> {
+    pub fn next_row_upto(
+        &mut self,
+        limit: Option<Lsn>,
+    ) -> Option<Result<Option<TraceRow>, ReplayError>> {
         let rec = self.read(limit)?;
         let (version, tolerant) = (self.version, self.tolerant);
         let mut restore = |lsn: Lsn| restore_snapshot(lsn, version, tolerant);
@@ -214,20 +220,24 @@ impl DecodingContext {
         let replay = &mut self.replay;
         let fed = unsafe {
             pgrx::PgMemoryContexts::For(mcx)
-                .switch_to(|_| replay.feed(&rec.head, &rec.payload, &mut restore))
+                .switch_to(|_| replay.feed_lean(&rec.head, &rec.payload, &mut restore))
         };
         self.records += 1;
         self.last_end = rec.head.end_lsn;
         self.last_record = Some(rec.head.lsn);
-        if fed.is_err() {
-            self.stopped = Some(Stop::Error);
+        match fed {
+            Ok(None) if self.input.all_records => Some(Ok(Some(self.replay.quiet_row(&rec.head)))),
+            Ok(row) => Some(Ok(row)),
+            Err(e) => {
+                self.stopped = Some(Stop::Error);
+                Some(Err(e))
+            }
         }
-        Some(fed)
     }
 
     /// [`DecodingContext::next_row`] that raises the replay's ERROR (`data_corrupted`,
     /// XX001) instead of returning it, for consumers that produce no per-record rows.
-    pub fn next_row_or_raise(&mut self, limit: Option<Lsn>) -> Option<TraceRow> {
+    pub fn next_row_or_raise(&mut self, limit: Option<Lsn>) -> Option<Option<TraceRow>> {
         match self.next_row_upto(limit)? {
             Ok(row) => Some(row),
             Err(e) => raise(
@@ -300,7 +310,9 @@ impl DecodingContext {
     pub fn run_capturing(mut self, capture_at: Option<Lsn>) -> Captured {
         let mut restored_from = None;
         while let Some(row) = self.next_row_or_raise(capture_at) {
-            restored_from = row.restored_from.or(restored_from);
+            if let Some(row) = row {
+                restored_from = row.restored_from.or(restored_from);
+            }
         }
         let captured = CapturePoint {
             base: self.replay.builder.historic_snapshot(),

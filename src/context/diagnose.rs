@@ -23,7 +23,8 @@ fn drain(ctx: &mut DecodingContext, phase_since: &mut Option<Lsn>) {
             pgrx::check_for_interrupts!();
         }
         match row {
-            Ok(row) => {
+            Ok(None) => {}
+            Ok(Some(row)) => {
                 if row.state != row.state_before {
                     *phase_since = Some(row.lsn);
                 }

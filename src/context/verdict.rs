@@ -45,7 +45,12 @@ pub fn server_facts(
     } else {
         FileFact::Absent
     };
-    let path = snapfiles::path_for(row.restored_from.unwrap_or(row.lsn));
+    // Only rows about a file name one (most rows are commits).
+    let path = if row.serialized.is_some() || row.restored_from.is_some() {
+        snapfiles::path_for(row.restored_from.unwrap_or(row.lsn))
+    } else {
+        String::new()
+    };
     let (other_writers, log_writers) = match (&file, &row.serialized) {
         (FileFact::Read { file, .. }, Some(pred)) => {
             let cmp = compare_with_server(pred, file, row.serialize_context);

@@ -21,7 +21,8 @@ pub const MAX_OTHER_WRITERS: usize = 16;
 struct Shadow {
     start: Lsn,
     ctx: DecodingContext,
-    /// The last row it produced (rows come in LSN order).
+    /// The row of the last record it fed, unless that record was quiet (rows come in LSN
+    /// order; `ctx.last_record` says where it stands).
     last: Option<TraceRow>,
 }
 
@@ -31,9 +32,9 @@ impl Shadow {
         if self.start >= row.lsn {
             return None;
         }
-        while self.last.as_ref().is_none_or(|l| l.lsn < row.lsn) {
+        while self.ctx.last_record.is_none_or(|l| l < row.lsn) {
             match self.ctx.next_row_upto(Some(row.end_lsn)) {
-                Some(Ok(r)) => self.last = Some(r),
+                Some(Ok(r)) => self.last = r,
                 // A broken file or the end of the WAL: this writer cannot be followed.
                 Some(Err(_)) | None => return None,
             }

@@ -124,11 +124,13 @@ fn snapbuild_slot_prediction(
             }
             continue;
         };
-        if let Some((lsn, xmin)) = row.candidate_xmin {
-            model.increase_xmin(lsn, xmin);
-        }
-        if let Some((lsn, restart)) = row.candidate_restart {
-            model.increase_restart(lsn, restart);
+        if let Some(row) = row {
+            if let Some((lsn, xmin)) = row.candidate_xmin {
+                model.increase_xmin(lsn, xmin);
+            }
+            if let Some((lsn, restart)) = row.candidate_restart {
+                model.increase_restart(lsn, restart);
+            }
         }
         if done(ctx.last_end) {
             break;

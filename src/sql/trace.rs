@@ -52,7 +52,8 @@ impl Iterator for TraceIter {
         let version = self.ctx.input.params.version.snapbuild_version();
         loop {
             match self.ctx.next_row()? {
-                Ok(row) => {
+                Ok(None) => {}
+                Ok(Some(row)) => {
                     if row.interesting || self.ctx.input.all_records {
                         return Some(judge(
                             row,

@@ -463,6 +463,29 @@ impl Replay {
         restore: &mut dyn FnMut(Lsn) -> RestoreResult,
     ) -> Result<TraceRow, ReplayError> {
         let before = self.builder.state;
+        Ok(match self.feed_lean(head, payload, restore)? {
+            Some(row) => row,
+            None => self.row(head, before, None),
+        })
+    }
+
+    /// The row of a record [`Replay::feed_lean`] fed quietly (`Ok(None)`): the record and
+    /// the builder as it stands, nothing else; what [`Replay::feed`] returns for it.
+    pub fn quiet_row(&self, head: &RecordHead) -> TraceRow {
+        self.row(head, self.builder.state, None)
+    }
+
+    /// [`Replay::feed`] for the hot loop: `Ok(None)` for a record that left nothing a row
+    /// would show beyond the builder as it stands (no branch, verdict or tracked set
+    /// changed; the row [`Replay::quiet_row`] builds), so that most records (heap, btree,
+    /// full-page images) cost no row at all. Same effects on the replay as `feed`.
+    pub fn feed_lean(
+        &mut self,
+        head: &RecordHead,
+        payload: &Payload,
+        restore: &mut dyn FnMut(Lsn) -> RestoreResult,
+    ) -> Result<Option<TraceRow>, ReplayError> {
+        let before = self.builder.state;
         let fp = fingerprint(&self.builder);
         if transam::is_valid(head.top_xid) {
             self.builder
@@ -488,14 +511,14 @@ impl Replay {
                         let mut row = self.row(head, before, Some(step));
                         row.running_xids = Some(running.xids.clone());
                         self.last_running_xacts = Some((head.lsn, head.end_lsn, running.clone()));
-                        row
+                        Some(row)
                     }
                     Err((step, e)) => return Err(fail(self, step, e)),
                 }
             }
             (RecordKind::CheckpointShutdown | RecordKind::EndOfRecovery, _) => {
                 match self.builder.serialization_point(head.lsn, restore) {
-                    Ok(step) => self.row(head, before, Some(step)),
+                    Ok(step) => Some(self.row(head, before, Some(step))),
                     Err((step, e)) => return Err(fail(self, step, e)),
                 }
             }
@@ -532,7 +555,7 @@ impl Replay {
                 row.commit = Some(v);
                 row.decode = Some(d);
                 row.interesting = d != DecodeVerdict::NotSeenBeforeFull;
-                row
+                Some(row)
             }
             (
                 RecordKind::Abort | RecordKind::AbortPrepared,
@@ -552,13 +575,13 @@ impl Replay {
                     self.builder.abort_at(*x, subxacts, head.lsn);
                     None
                 };
-                let mut row = self.row(head, before, None);
-                if let Some(d) = d {
+                d.map(|d| {
+                    let mut row = self.row(head, before, None);
                     row.xid = Some(*x);
                     row.decode = Some(d);
                     row.interesting = true;
-                }
-                row
+                    row
+                })
             }
             (
                 RecordKind::Prepare,
@@ -582,37 +605,37 @@ impl Replay {
                     self.builder
                         .decode_prepare(head.lsn, *x, subxacts, *db_id, self.slot_db)
                 };
-                let mut row = self.row(head, before, None);
-                if let Some(d) = d {
+                d.map(|d| {
+                    let mut row = self.row(head, before, None);
                     row.xid = Some(*x);
                     row.decode = Some(d);
                     row.interesting = true;
-                }
-                row
+                    row
+                })
             }
             (RecordKind::Prepare, _) => {
                 if self.builder.state >= SnapBuildState::FullSnapshot {
                     self.builder.reorder.process_xid(head.xid, head.lsn);
                 }
-                self.row(head, before, None)
+                None
             }
             (RecordKind::NewCid, Payload::NewCid(_)) if self.fast_forward => {
                 // heap2_decode skips NEW_CID in fast-forward mode
-                self.row(head, before, None)
+                None
             }
             (RecordKind::NewCid, Payload::NewCid(rec)) => {
                 self.builder.process_new_cid(head.xid, head.lsn, rec);
-                self.row(head, before, None)
+                None
             }
             (RecordKind::NewCid | RecordKind::Invalidations, _) => {
                 self.builder.mark_catalog_changes(head.xid, head.lsn);
-                self.row(head, before, None)
+                None
             }
             (RecordKind::Change, _) => {
                 if self.change_gives_base_snapshot() {
                     self.builder.process_change(head.xid, head.lsn);
                 }
-                self.row(head, before, None)
+                None
             }
             // decode.c logicalmsg_decode: the xid is known (above); before FULL_SNAPSHOT,
             // or for a message of another database, nothing else happens. Only then does
@@ -627,15 +650,18 @@ impl Replay {
                 if *db_id == self.slot_db && self.change_gives_base_snapshot() {
                     self.builder.process_change(head.xid, head.lsn);
                 }
-                self.row(head, before, None)
+                None
             }
-            _ => self.row(head, before, None),
+            _ => None,
         };
         if fingerprint(&self.builder) != fp {
-            row.interesting = true;
+            row.get_or_insert_with(|| self.row(head, before, None))
+                .interesting = true;
         }
-        if self.builder.in_slot_creation && row.decode.is_some_and(|d| d.decoded()) {
-            row.note = Some(NOTE_CALLBACK_DURING_CREATION.to_owned());
+        if let Some(row) = row.as_mut() {
+            if self.builder.in_slot_creation && row.decode.is_some_and(|d| d.decoded()) {
+                row.note = Some(NOTE_CALLBACK_DURING_CREATION.to_owned());
+            }
         }
         Ok(row)
     }

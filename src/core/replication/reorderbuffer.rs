@@ -255,7 +255,10 @@ pub struct DecodingTxn {
 /// first-seen order, their subtransactions, catalog-change flags and base snapshots.
 #[derive(Clone, Debug, Default)]
 pub struct ReorderModel {
-    txns: HashMap<TransactionId, Txn>,
+    /// Boxed: transactions come and go at every commit while a handful are known at
+    /// once, and the hash table moves its values when it reclaims deleted slots; a
+    /// pointer moves cheaply, a whole `Txn` does not.
+    txns: HashMap<TransactionId, Box<Txn>>,
     /// Top-level xids in first-LSN order (`toplevel_by_lsn`), keyed by a first-seen
     /// counter so that removing one is O(log n), as the server's list removal is O(1).
     toplevel: BTreeMap<u64, TransactionId>,
@@ -279,15 +282,17 @@ impl ReorderModel {
     /// (created with the current restart point; records arrive in LSN order, so a
     /// first-seen counter stands for `first_lsn`).
     pub fn process_xid(&mut self, xid: TransactionId, _lsn: Lsn) {
-        if transam::is_valid(xid) && !self.txns.contains_key(&xid) {
+        if !transam::is_valid(xid) {
+            return;
+        }
+        if let std::collections::hash_map::Entry::Vacant(v) = self.txns.entry(xid) {
             let seq = self.next_seq;
             self.next_seq += 1;
-            let t = Txn {
+            v.insert(Box::new(Txn {
                 seq,
                 restart_decoding_lsn: self.current_restart_decoding_lsn,
                 ..Txn::default()
-            };
-            self.txns.insert(xid, t);
+            }));
             self.toplevel.insert(seq, xid);
         }
     }
@@ -311,7 +316,7 @@ impl ReorderModel {
                     restart_decoding_lsn: self.current_restart_decoding_lsn,
                     ..Txn::default()
                 };
-                self.txns.insert(sub, t);
+                self.txns.insert(sub, Box::new(t));
             }
         }
         let (sub_cat, sub_base) = match self.txns.get_mut(&sub) {

@@ -167,6 +167,9 @@ fn two_phase_protocol_on_random_histories() {
             p.two_phase_at = Lsn(0);
             let mut replay = Replay::new(&p, 5);
             replay.two_phase = TwoPhaseDecoding::for_slot(true, "test_decoding");
+            // The same history through the hot loop's feed_lean: every row equal to feed's.
+            let mut lean = Replay::new(&p, 5);
+            lean.two_phase = TwoPhaseDecoding::for_slot(true, "test_decoding");
             let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
             let mut lsn = 100u64;
             let mut next: u32 = 1000;
@@ -275,12 +278,22 @@ fn two_phase_protocol_on_random_histories() {
                     }
                 };
                 let row = replay.feed(&h, &payload, &mut none).unwrap();
+                let lean_row = match lean.feed_lean(&h, &payload, &mut none).unwrap() {
+                    Some(r) => r,
+                    None => {
+                        assert!(!row.interesting, "seed {seed}: feed_lean dropped a row");
+                        lean.quiet_row(&h)
+                    }
+                };
+                assert_eq!(format!("{row:?}"), format!("{lean_row:?}"), "seed {seed}");
                 if !was_consistent && replay.builder.state == SnapBuildState::Consistent {
                     // DecodingContextFindStartpoint: the slot's two_phase_at and
                     // confirmed_flush are the end of this record.
                     was_consistent = true;
-                    replay.builder.two_phase_at = row.end_lsn;
-                    replay.builder.start_decoding_at = row.end_lsn;
+                    for r in [&mut replay, &mut lean] {
+                        r.builder.two_phase_at = row.end_lsn;
+                        r.builder.start_decoding_at = row.end_lsn;
+                    }
                 }
                 if let Some(d) = row.decode {
                     seen.insert(d.label());
