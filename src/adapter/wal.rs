@@ -459,9 +459,25 @@ pub fn check_decoding_possible(what: &str) {
     }
 }
 
-/// The NUL-terminated gid of a parsed commit, abort or prepare record (empty if none).
-/// pg_waldump's `rmgr/TYPE` for a record (rm_name and rm_identify).
-fn record_name(rmid: u8, info: u8) -> String {
+/// pg_waldump's `rmgr/TYPE` for a record, from a per-backend table of the names met so
+/// far: each distinct (rmgr, info) is named once (rm_name and rm_identify, which depend on
+/// nothing else) and kept for the backend's life. At most 256 × 256 names of a few dozen
+/// bytes each; WAL holds a few dozen kinds in practice.
+fn record_name(rmid: u8, info: u8) -> &'static str {
+    thread_local! {
+        static NAMES: std::cell::RefCell<rustc_hash::FxHashMap<(u8, u8), &'static str>> =
+            std::cell::RefCell::new(Default::default());
+    }
+    NAMES.with(|names| {
+        *names
+            .borrow_mut()
+            .entry((rmid, info))
+            .or_insert_with(|| Box::leak(name_record(rmid, info).into_boxed_str()))
+    })
+}
+
+/// rm_name/rm_identify of (rmgr, info), as pg_waldump prints it.
+fn name_record(rmid: u8, info: u8) -> String {
     unsafe {
         let Some(rmgr) = compat::rmgr(rmid) else {
             return format!("custom {rmid}/{info:02X}");

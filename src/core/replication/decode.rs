@@ -137,8 +137,9 @@ pub struct RecordHead {
     /// `XLogRecGetRmid`.
     pub rmid: u8,
     pub kind: RecordKind,
-    /// pg_waldump's `rmgr/TYPE` name, when the adapter supplies it.
-    pub name: Option<String>,
+    /// pg_waldump's `rmgr/TYPE` name, when the adapter supplies it (the adapter keeps one
+    /// copy per distinct name for the backend's life, so a row per record costs no string).
+    pub name: Option<&'static str>,
 }
 
 /// The parsed body of the records whose body matters.
@@ -407,10 +408,7 @@ impl Replay {
         let mut row = TraceRow {
             lsn: head.lsn,
             end_lsn: head.end_lsn,
-            record: match &head.name {
-                Some(n) => std::borrow::Cow::Owned(n.clone()),
-                None => std::borrow::Cow::Borrowed(head.kind.name()),
-            },
+            record: std::borrow::Cow::Borrowed(head.name.unwrap_or(head.kind.name())),
             xid: transam::is_valid(head.xid).then_some(head.xid),
             branch: None,
             state_before: before,
