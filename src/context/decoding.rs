@@ -142,7 +142,7 @@ impl DecodingContext {
     pub fn start_row(&self) -> TraceRow {
         let mut row =
             Replay::new(&self.input.params, self.input.slot_db).builder_row_at(self.input.start);
-        row.record = "REPLAY START".into();
+        row.record = "REPLAY START";
         let mut label = self.input.label.clone();
         let standby = crate::adapter::activity::standby_note();
         if self.stopped == Some(Stop::NothingFlushedYet) {

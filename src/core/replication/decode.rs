@@ -226,7 +226,7 @@ pub struct TraceRow {
     pub end_lsn: Lsn,
     /// The record's name: `RecordKind::name` (static), or pg_waldump's `rmgr/TYPE` when the
     /// reader names every record (`all_records`).
-    pub record: std::borrow::Cow<'static, str>,
+    pub record: &'static str,
     pub xid: Option<TransactionId>,
     pub branch: Option<&'static str>,
     pub state_before: SnapBuildState,
@@ -408,7 +408,7 @@ impl Replay {
         let mut row = TraceRow {
             lsn: head.lsn,
             end_lsn: head.end_lsn,
-            record: std::borrow::Cow::Borrowed(head.name.unwrap_or(head.kind.name())),
+            record: head.name.unwrap_or(head.kind.name()),
             xid: transam::is_valid(head.xid).then_some(head.xid),
             branch: None,
             state_before: before,
