@@ -8,6 +8,9 @@
 //! scan of `snapbuild_visibility`). A call that finishes before its timeout fails the test
 //! (the workload would be too small to show anything).
 //!
+//! r4 shows `snapbuild_trace_json`'s bound (54000 past 64 MiB of JSON, with the backend's
+//! memory bounded), r5 the cancel of the wait for a record to be flushed.
+//!
 //! Needs the environment of `scripts/cluster.sh env MAJOR` (see pgrx-tests/README.md).
 
 use pg_snapbuild_tests::*;
@@ -79,8 +82,9 @@ fn calls(start: &str, end: &str, confirmed: &str) -> Vec<(&'static str, String)>
             format!("SELECT count(*) FROM snapbuild_trace('{SLOT}', true)"),
         ),
         (
-            "snapbuild_trace_json (all_records)",
-            format!("SELECT length(snapbuild_trace_json('{SLOT}', true)::text)"),
+            // without all_records: the few rows fit the 64 MiB bound (r4), the replay is long
+            "snapbuild_trace_json",
+            format!("SELECT length(snapbuild_trace_json('{SLOT}', false)::text)"),
         ),
         (
             "snapbuild_slot_health",
@@ -288,4 +292,281 @@ fn r3_odd_logical_messages_are_read() {
         env.major,
         rows.len()
     );
+}
+
+/// The backend's `VmHWM` (peak RSS), KiB, from /proc (the tests run on the server's host).
+fn backend_hwm_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/PID/status")
+}
+
+/// `snapbuild_trace_json` builds one JSON text and stops at 64 MiB: an `all_records` trace
+/// of 300 000 logical messages (each a row of several hundred bytes) ends with 54000
+/// (program_limit_exceeded), its DETAIL counting the rows that fitted (fewer than the
+/// set-returning `snapbuild_trace` streams, whose row count is checked against the
+/// server's own count of the messages, test_decoding's), its HINT naming `snapbuild_trace`;
+/// the backend's peak RSS grew by less than 4 x 64 MiB (the array built whole as a
+/// serde_json value took gigabytes here). Without `all_records` the same slot's trace fits,
+/// and is the set-returning trace row for row.
+#[test]
+fn r4_trace_json_is_bounded() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let slot = "pgsnap_rel_json";
+    let _slot = SlotGuard::new(&env, slot);
+    create_slot(&env, slot);
+    let n: i64 = 300_000;
+    c.execute(
+        "SELECT count(pg_logical_emit_message(false, 'pgsnap_rel_json', 'm')) FROM generate_series(1, $1::bigint)",
+        &[&n],
+    )
+    .unwrap();
+    c.batch_execute(&format!(
+        "DROP TABLE IF EXISTS {TABLE}; CREATE TABLE {TABLE} (a int, b text)"
+    ))
+    .unwrap();
+    env.log_standby_snapshot_flushed(&mut c, TABLE, "0, 'end'");
+
+    // the server's count of the messages: test_decoding emits one line per message
+    let server_messages: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pg_logical_slot_peek_changes($1, NULL, NULL) WHERE data LIKE 'message:%prefix: pgsnap_rel_json%'",
+            &[&slot],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(server_messages, n, "test_decoding's message lines");
+    let streamed: i64 = c
+        .query_one(
+            "SELECT count(*) FROM snapbuild_trace($1, true) WHERE record LIKE '%MESSAGE%'",
+            &[&slot],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        streamed, server_messages,
+        "MESSAGE rows of snapbuild_trace(all_records)"
+    );
+
+    let mut s = env.connect("pgsnap-rel-json");
+    let pid = backend_pid(&mut s);
+    let before = backend_hwm_kib(pid);
+    let e = s
+        .query_one(
+            "SELECT length(snapbuild_trace_json($1, true)::text)",
+            &[&slot],
+        )
+        .map(|r| r.get::<_, i32>(0))
+        .expect_err("an all_records trace of 300 000 messages fits 64 MiB of JSON");
+    let d = e.as_db_error().unwrap_or_else(|| panic!("{e}"));
+    assert_eq!(d.code().code(), "54000", "{}", d.message());
+    assert!(d.message().contains("64 MiB"), "{}", d.message());
+    assert!(
+        d.hint().is_some_and(|h| h.contains("snapbuild_trace(")),
+        "hint: {:?}",
+        d.hint()
+    );
+    let fitted: i64 = d
+        .detail()
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("detail: {:?}", d.detail()));
+    assert!(
+        fitted > 1000 && fitted < streamed,
+        "{fitted} rows fitted of {streamed}"
+    );
+    let grew_mib = (backend_hwm_kib(pid).saturating_sub(before)) >> 10;
+    assert!(
+        grew_mib < 256,
+        "the backend's peak RSS grew by {grew_mib} MiB"
+    );
+    let one: i32 = s.query_one("SELECT 1", &[]).unwrap().get(0);
+    assert_eq!(one, 1);
+
+    // without all_records: one array, the set-returning trace row for row
+    let (len, rows): (i32, i64) = {
+        let r = s
+            .query_one(
+                "SELECT json_array_length(snapbuild_trace_json($1, false)), (SELECT count(*) FROM snapbuild_trace($1, false))",
+                &[&slot],
+            )
+            .unwrap_or_else(|e| panic!("snapbuild_trace_json(false): {}", err_text(&e)));
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(len as i64, rows, "array elements vs snapbuild_trace rows");
+    let same: bool = s
+        .query_one(
+            "SELECT (SELECT array_agg(e->>'lsn' || ' ' || (e->>'record') ORDER BY o) FROM json_array_elements(snapbuild_trace_json($1, false)) WITH ORDINALITY AS a(e, o)) \
+                  = (SELECT array_agg(lsn::text || ' ' || record) FROM snapbuild_trace($1, false))",
+            &[&slot],
+        )
+        .unwrap()
+        .get(0);
+    assert!(same, "the JSON rows differ from snapbuild_trace's");
+    c.batch_execute(&format!("DROP TABLE {TABLE}")).unwrap();
+    println!(
+        "pgsnap-counts: r4 PG{} trace_json all_records: 54000 after {fitted} of {streamed} rows (server: {server_messages} messages), peak RSS +{grew_mib} MiB; without all_records {len} rows",
+        env.major
+    );
+}
+
+/// A non-transactional logical message of 400 kB in a transaction kept open: its pages
+/// are written, and the WAL writer flushes the complete ones (XLogBackgroundFlush backs off
+/// to a page boundary while no commit asks for more), so the flush position stays inside
+/// the record. `snapbuild_slot_prediction` then waits for that record to be flushed, as
+/// `pg_logical_slot_peek_changes` does (shown: the server's call times out there too).
+/// `statement_timeout` and `pg_cancel_backend` end the wait with 57014 within a second; after
+/// COMMIT flushes it the prediction returns and has read past the message. The state may be
+/// undone by a RUNNING_XACTS the background writer logs (every 15 s, flushed at once): then
+/// the attempt is repeated, up to 5 times.
+#[test]
+fn r5_flush_wait_stops_on_timeout_and_cancel() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let slot = "pgsnap_rel_wait";
+    let _slot = SlotGuard::new(&env, slot);
+    create_slot(&env, slot);
+    let mut bystander = env.connect("pgsnap-rel-bystander");
+    let timeout = Duration::from_millis(500);
+    let prediction = format!("SELECT count(*) FROM snapbuild_slot_prediction('{slot}')");
+    for attempt in 1..=5 {
+        // the WAL before the message is flushed and the slot is consumed to it
+        c.batch_execute(&format!(
+            "SELECT pg_replication_slot_advance('{slot}', pg_current_wal_flush_lsn())"
+        ))
+        .unwrap();
+        let mut h = env.connect("pgsnap-rel-holder");
+        h.batch_execute("BEGIN").unwrap();
+        let before = parse_lsn(
+            &h.query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+                .unwrap()
+                .get::<_, String>(0),
+        );
+        let end = parse_lsn(
+            &h.query_one(
+                "SELECT pg_logical_emit_message(false, 'pgsnap_rel_wait', repeat('w', 400000))::text",
+                &[],
+            )
+            .unwrap()
+            .get::<_, String>(0),
+        );
+        let inside = |c: &mut Client| {
+            let f = flush_lsn(c);
+            f > before && f < end
+        };
+        wait_for(
+            "the WAL writer to flush part of the message",
+            Duration::from_secs(10),
+            || flush_lsn(&mut c) > before,
+        );
+        if !inside(&mut c) {
+            h.batch_execute("COMMIT").unwrap();
+            println!("r5 attempt {attempt}: the message got flushed whole; again");
+            continue;
+        }
+        // the server's decoder waits there too
+        let mut srv = env.connect("pgsnap-rel-server");
+        srv.batch_execute("SET statement_timeout = '500ms'")
+            .unwrap();
+        let server = srv.query(
+            &format!("SELECT count(*) FROM pg_logical_slot_peek_changes('{slot}', NULL, NULL)"),
+            &[],
+        );
+        // statement_timeout
+        let mut s = env.connect("pgsnap-rel-wait-timeout");
+        s.batch_execute("SET statement_timeout = '500ms'").unwrap();
+        let t = Instant::now();
+        let r1 = s.simple_query(&prediction).map(|_| ());
+        let took1 = t.elapsed();
+        // pg_cancel_backend
+        let mut s2 = env.connect("pgsnap-rel-wait-cancel");
+        let pid = backend_pid(&mut s2);
+        let sql = prediction.clone();
+        let worker = std::thread::spawn(move || {
+            let r = s2.simple_query(&sql).map(|_| ());
+            (s2, r, Instant::now())
+        });
+        wait_for(
+            "the prediction to be running",
+            Duration::from_secs(30),
+            || {
+                c.query_one(
+                "SELECT state = 'active' AND query LIKE '%snapbuild_slot_prediction%' FROM pg_stat_activity WHERE pid = $1",
+                &[&pid],
+            )
+            .map(|r| r.get::<_, Option<bool>>(0) == Some(true))
+            .unwrap_or(false)
+            },
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        let sent = Instant::now();
+        let ok: bool = c
+            .query_one("SELECT pg_cancel_backend($1)", &[&pid])
+            .unwrap()
+            .get(0);
+        assert!(ok, "pg_cancel_backend({pid})");
+        let (mut s2, r2, ended) = worker.join().expect("the calling thread");
+        let late = ended.saturating_duration_since(sent);
+        if !inside(&mut c) {
+            h.batch_execute("COMMIT").unwrap();
+            println!("r5 attempt {attempt}: the flush moved past the message meanwhile; again");
+            continue;
+        }
+        match server {
+            Ok(_) => panic!("pg_logical_slot_peek_changes returned with the flush inside a record"),
+            Err(e) => assert_eq!(db_err(&e).0, "57014", "the server's peek: {}", err_text(&e)),
+        }
+        expect_canceled(
+            "snapbuild_slot_prediction (flush wait)",
+            r1,
+            took1,
+            timeout + PROMPT,
+            "the call began (statement_timeout 500 ms)",
+        );
+        assert!(
+            took1 >= timeout,
+            "57014 after {took1:?}, before statement_timeout"
+        );
+        expect_canceled(
+            "snapbuild_slot_prediction (flush wait)",
+            r2,
+            late,
+            PROMPT,
+            "the cancel",
+        );
+        alive(&mut s, &mut bystander, "flush wait (timeout)");
+        alive(&mut s2, &mut bystander, "flush wait (cancel)");
+        // COMMIT flushes the message (an asynchronous commit: the WAL writer, soon)
+        h.batch_execute("COMMIT").unwrap();
+        wait_for("the message to be flushed", Duration::from_secs(10), || {
+            flush_lsn(&mut c) >= end
+        });
+        let decoded_to = parse_lsn(
+            &s2.query_one(
+                &format!("SELECT decoded_to::text FROM snapbuild_slot_prediction('{slot}')"),
+                &[],
+            )
+            .unwrap_or_else(|e| panic!("the prediction after COMMIT: {}", err_text(&e)))
+            .get::<_, String>(0),
+        );
+        assert!(
+            decoded_to >= end,
+            "decoded to {decoded_to:X}, the message ends at {end:X}"
+        );
+        println!(
+            "pgsnap-counts: r5 PG{} flush wait (attempt {attempt}): 57014 {}ms after the call began (statement_timeout 500 ms), {}ms after the cancel; the server's peek timed out too",
+            env.major,
+            took1.as_millis(),
+            late.as_millis()
+        );
+        return;
+    }
+    panic!("in 5 attempts the flush position did not stay inside the message");
 }

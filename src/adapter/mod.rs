@@ -37,6 +37,21 @@ pub fn raise(code: pgrx::PgSqlErrorCode, message: impl Into<String>) -> ! {
     pgrx::ereport!(ERROR, code, message);
 }
 
+/// Raises a PostgreSQL ERROR with `code`, `message`, a DETAIL and a HINT line.
+pub fn raise_with_hint(
+    code: pgrx::PgSqlErrorCode,
+    message: impl Into<String>,
+    detail: impl Into<String>,
+    hint: impl Into<String>,
+) -> ! {
+    let message: String = message.into();
+    pgrx::pg_sys::panic::ErrorReport::new(code, message, "pg_snapbuild")
+        .set_detail(detail)
+        .set_hint(hint)
+        .report(pgrx::PgLogLevel::ERROR);
+    unreachable!("ereport(ERROR) returned")
+}
+
 /// Raises a PostgreSQL ERROR with `code`, `message` and a DETAIL line.
 pub fn raise_with_detail(
     code: pgrx::PgSqlErrorCode,

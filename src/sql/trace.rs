@@ -8,9 +8,9 @@ use pgrx::prelude::*;
 use snapbuild_core::replication::snapbuild::CommitVerdict;
 use snapbuild_core::BuilderParams;
 
-use crate::adapter::raise;
+use crate::adapter::{raise, raise_with_hint};
 use crate::context::{self, judge, DecodingContext, OtherWriters, RangeArgs, ReplayInput, Traced};
-use crate::sql::types::{xids, PgLsn, PgName, Xid};
+use crate::sql::types::{xids, JsonText, PgLsn, PgName, Xid};
 
 /// The replay of a [`ReplayInput`], run lazily: each `next()` runs the record loop until
 /// a record yields a row, so a trace holds the builder's state and one record at a time,
@@ -261,15 +261,72 @@ with_trace_columns!(trace_function! {
     }
 });
 
-/// The same replay as `snapbuild_trace`, as one JSON array (serde_json) for tools.
+/// Largest JSON text `snapbuild_trace_json` builds: 64 MiB. A trace is one JSON value held
+/// whole in the backend (the text, then its copy into the result datum), so its length is
+/// what bounds the function's memory; past it the call stops with `program_limit_exceeded`
+/// instead of growing with the WAL.
+pub const TRACE_JSON_MAX_BYTES: usize = 64 << 20;
+
+/// The same replay as `snapbuild_trace`, as one JSON array (serde_json) for tools: one
+/// object per trace row, in the row order of `snapbuild_trace`.
+///
+/// The array is built row by row into one text (never the rows themselves), bounded by
+/// [`TRACE_JSON_MAX_BYTES`].
+///
+/// Errors: as `snapbuild_trace`; `program_limit_exceeded` (54000) when the text would pass
+/// 64 MiB (the hint names the set-returning `snapbuild_trace`, which streams).
 #[pg_extern(strict)]
-fn snapbuild_trace_json(slot_name: PgName, all_records: default!(bool, false)) -> pgrx::Json {
-    let rows: Vec<Traced> =
-        TraceIter::start(context::for_slot(&slot_name.0, all_records)).collect();
-    pgrx::Json(serde_json::to_value(&rows).unwrap_or_else(|e| {
-        raise(
-            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-            format!("could not serialize trace: {e}"),
-        )
-    }))
+fn snapbuild_trace_json(slot_name: PgName, all_records: default!(bool, false)) -> JsonText {
+    let rows = TraceIter::start(context::for_slot(&slot_name.0, all_records));
+    JsonText(json_array(
+        rows,
+        TRACE_JSON_MAX_BYTES,
+        &slot_name.0,
+        all_records,
+    ))
+}
+
+/// The rows as one JSON array text, at most `limit` bytes long, else `program_limit_exceeded`.
+fn json_array(
+    rows: impl Iterator<Item = Traced>,
+    limit: usize,
+    slot_name: &str,
+    all_records: bool,
+) -> String {
+    let mut out = String::from("[");
+    let mut n = 0u64;
+    for t in rows {
+        // Through a Value, as before: its object keys come out in the same (sorted) order.
+        let text = serde_json::to_value(&t)
+            .and_then(|v| serde_json::to_string(&v))
+            .unwrap_or_else(|e| {
+                raise(
+                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                    format!("could not serialize trace: {e}"),
+                )
+            });
+        if out.len() + 1 + text.len() + 1 > limit {
+            raise_with_hint(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!(
+                    "the trace of slot \"{slot_name}\" is longer than {} MiB of JSON",
+                    limit >> 20
+                ),
+                format!(
+                    "{n} rows fitted; the next one is at LSN {}.",
+                    t.row.lsn
+                ),
+                format!(
+                    "Read the trace row by row from the set-returning snapbuild_trace('{slot_name}', {all_records}), e.g. SELECT row_to_json(t) FROM snapbuild_trace(...) t, which streams."
+                ),
+            );
+        }
+        if n > 0 {
+            out.push(',');
+        }
+        out.push_str(&text);
+        n += 1;
+    }
+    out.push(']');
+    out
 }

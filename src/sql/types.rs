@@ -128,7 +128,28 @@ macro_rules! box_ret_via_into_datum {
     };
 }
 
-box_ret_via_into_datum!(Xid, PgLsn, PgName);
+/// A `json` value given as its text (already valid JSON): returned as is, without the
+/// `serde_json::Value` that `pgrx::Json` would build and print again.
+pub struct JsonText(pub String);
+
+impl IntoDatum for JsonText {
+    fn into_datum(self) -> Option<pg_sys::Datum> {
+        self.0.as_str().into_datum()
+    }
+    fn type_oid() -> pg_sys::Oid {
+        pg_sys::JSONOID
+    }
+}
+
+unsafe impl SqlTranslatable for JsonText {
+    const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(JsonText);
+    const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
+    const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Ok(SqlMappingRef::literal("json"));
+    const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
+        Ok(ReturnsRef::One(SqlMappingRef::literal("json")));
+}
+
+box_ret_via_into_datum!(Xid, PgLsn, PgName, JsonText);
 
 impl pgrx::FromDatum for Xid {
     unsafe fn from_polymorphic_datum(
