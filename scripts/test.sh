@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README command 2: every test, on PostgreSQL 18, 17, 16, 15 and 14.
 #   setup.sh; cargo test -p snapbuild-core; a short fuzz pass (scripts/fuzz.sh); then per major: cargo pgrx test, pg_regress against a
-#   throw-away cluster (scripts/cluster.sh), the multi-session tests (pgrx-tests/), cluster stop.
+#   throw-away cluster (scripts/cluster.sh), the multi-session tests (pgrx-tests/), cluster stop; on 18 a
+#   90 s soak (scripts/soak.sh 90: fails on a crash or an undocumented SQLSTATE).
 # Prints one summary line per stage; exits non-zero if any stage failed.
 # PGSNAP_MAJORS="18" limits the majors (default "18 17 16 15 14"). PGSNAP_MINORS=all adds, after them,
 # the multi-session and random-workload tests on every older minor release of those majors (setup
@@ -118,6 +119,8 @@ for m in $MAJORS; do
         stage "pg$m: pg_regress" regress "$m"
         stage "pg$m: multi-session tests" multi_session "$m"
         stage "pg$m: stop cluster" "$ROOT/scripts/cluster.sh" stop "$m"
+        # the short soak (its own cluster, the build just installed): PostgreSQL 18 only
+        if [ "$m" = 18 ]; then stage "pg18: soak, 90 s (scripts/soak.sh 90)" timeout -k 30 300 "$ROOT/scripts/soak.sh" 90; fi
     else
         summary+=("SKIP  pg$m: pg_regress, multi-session tests (no cluster)")
     fi
