@@ -11,7 +11,7 @@
 # default sizes) is deleted at the end unless PGSNAP_BENCH_KEEP=1.
 #
 # Environment:
-#   PGSNAP_BENCH_MEM_PORT    port (default 55432)
+#   PGSNAP_BENCH_MEM_PORT    port (default 55433)
 #   PGSNAP_BENCH_MEM_MAJOR   PostgreSQL tree .pg/MAJOR (default 18)
 #   PGSNAP_BENCH_MEM_SIZES   WAL sizes measured, MiB, ascending (default "1024 4096")
 #   PGSNAP_BENCH_MEM_TABLES  tables of 20 columns made in the catalog (default 3000)
@@ -26,12 +26,12 @@ TABLES=${PGSNAP_BENCH_MEM_TABLES:-3000}
 CLIENTS=${PGSNAP_BENCH_CLIENTS:-4}
 SLOT=bench_mem
 MAJOR=${PGSNAP_BENCH_MEM_MAJOR:-18}
-PORT=${PGSNAP_BENCH_MEM_PORT:-55432}
+PORT=${PGSNAP_BENCH_MEM_PORT:-55433}
 W_LABEL=.work/bench-mem
 W=$ROOT/$W_LABEL
 . "$ROOT/scripts/bench/common.sh"
 
-case $PORT in 5541[4-8] | 55430 | 55431 | 55440) echo "port $PORT belongs to the test clusters or another benchmark; pick another PGSNAP_BENCH_MEM_PORT" >&2; exit 2 ;; esac
+case $PORT in 5541[4-8] | 5543[0-2] | 55440) echo "port $PORT belongs to the test clusters or another benchmark; pick another PGSNAP_BENCH_MEM_PORT" >&2; exit 2 ;; esac
 [ -x "$BIN/pgbench" ] || { echo "no pgbench in $BIN: run scripts/setup.sh" >&2; exit 1; }
 last_size=0
 for s in $SIZES; do

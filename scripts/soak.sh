@@ -33,7 +33,7 @@ W=$ROOT/$W_LABEL
 
 case $SECS in '' | *[!0-9]*) echo "usage: $0 [SECONDS]" >&2; exit 2 ;; esac
 [ "$SECS" -ge 10 ] || { echo "SECONDS must be >= 10" >&2; exit 2; }
-case $PORT in 5541[4-8] | 55430 | 55431) echo "port $PORT belongs to the test clusters or a benchmark; pick another PGSNAP_SOAK_PORT" >&2; exit 2 ;; esac
+case $PORT in 5541[4-8] | 5543[0-3]) echo "port $PORT belongs to the test clusters or a benchmark; pick another PGSNAP_SOAK_PORT" >&2; exit 2 ;; esac
 for b in pgbench pg_recvlogical initdb; do
     [ -x "$BIN/$b" ] || { echo "no $b in $BIN: run scripts/setup.sh" >&2; exit 1; }
 done

@@ -163,7 +163,10 @@ class Loop:
 # ---- the function loops: each iteration lists slots / files, then calls the function ----
 SLOTS = ("SELECT slot_name FROM pg_replication_slots WHERE slot_type = 'logical' "
          "ORDER BY random() LIMIT 3;")
-FILES = "SELECT name FROM pg_ls_logicalsnapdir() ORDER BY modification DESC LIMIT 3;"
+# only X-Y.snap: the server writes each file as X-Y.snap.PID.tmp first, then renames it (a
+# .tmp name is no snapshot file: 22023, as documented; the first full soak run met it)
+FILES = ("SELECT name FROM pg_ls_logicalsnapdir() WHERE name ~ '^[0-9A-F]+-[0-9A-F]+\\.snap$' "
+         "ORDER BY modification DESC LIMIT 3;")
 RESTARTS = ("SELECT restart_lsn FROM pg_replication_slots WHERE slot_type = 'logical' "
             "AND restart_lsn IS NOT NULL ORDER BY random() LIMIT 2;")
 
