@@ -310,8 +310,7 @@ fn backend_hwm_kib(pid: i32) -> u64 {
 /// (program_limit_exceeded), its DETAIL counting the rows that fitted (fewer than the
 /// set-returning `snapbuild_trace` streams, whose row count is checked against the
 /// server's own count of the messages, test_decoding's), its HINT naming `snapbuild_trace`;
-/// the backend's peak RSS grew by less than 4 x 64 MiB (the array built whole as a
-/// serde_json value took gigabytes here). Without `all_records` the same slot's trace fits,
+/// the backend's peak RSS grew by less than 4 x 64 MiB. Without `all_records` the same slot's trace fits,
 /// and is the set-returning trace row for row.
 #[test]
 fn r4_trace_json_is_bounded() {
