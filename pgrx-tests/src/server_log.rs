@@ -143,3 +143,51 @@ pub fn dump_log(entries: &[(u64, LogEntry)]) -> String {
         })
         .collect()
 }
+
+/// The standby's own account of a slot invalidation, read from its log since `offset`:
+/// for the last `invalidating obsolete replication slot "SLOT"` line, its DETAIL and the
+/// record its process was redoing (`CONTEXT:  WAL redo at X/Y for RMGR/TYPE: …`) as (LSN,
+/// `RMGR/TYPE`). Parsed here, independently of the extension's log reader.
+pub fn logged_invalidation(
+    env: &Env,
+    offset: u64,
+    slot: &str,
+) -> Option<(Option<String>, Option<(u64, String)>)> {
+    let mut f = std::fs::File::open(&env.log).unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    let mut buf = Vec::new();
+    f.read_to_end(&mut buf).unwrap();
+    let text = String::from_utf8_lossy(&buf);
+    let want = format!("invalidating obsolete replication slot \"{slot}\"");
+    let redo = Regex::new(r"^WAL redo at ([0-9A-F]+/[0-9A-F]+) for ([^ :]+)").unwrap();
+    let mut found: Option<(i32, Option<String>, Option<(u64, String)>)> = None;
+    let mut open = false;
+    for line in text.lines() {
+        let Some(m) = log_line_re().captures(line) else {
+            continue;
+        };
+        let pid: i32 = m[1].parse().unwrap();
+        match (&m[2], open) {
+            ("LOG", _) => {
+                open = m[3] == want;
+                if open {
+                    found = Some((pid, None, None));
+                }
+            }
+            ("DETAIL", true) => {
+                if let Some(f) = found.as_mut().filter(|f| f.0 == pid) {
+                    f.1 = Some(m[3].to_string());
+                }
+            }
+            ("CONTEXT", true) => {
+                if let (Some(f), Some(r)) =
+                    (found.as_mut().filter(|f| f.0 == pid), redo.captures(&m[3]))
+                {
+                    f.2 = Some((crate::values::parse_lsn(&r[1]), r[2].to_string()));
+                }
+            }
+            _ => {}
+        }
+    }
+    found.map(|(_, d, r)| (d, r))
+}

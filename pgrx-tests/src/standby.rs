@@ -114,7 +114,7 @@ impl Standby {
     }
 
     /// A session on the standby, or `None` when it does not accept one (within 5 s).
-    fn try_connect(&self) -> Option<postgres::Client> {
+    pub fn try_connect(&self) -> Option<postgres::Client> {
         let mut cfg = postgres::Config::new();
         cfg.host(&self.env.host)
             .port(self.env.port)

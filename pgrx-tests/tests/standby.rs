@@ -932,6 +932,9 @@ fn st6_conflict_rows_removed_invalidates_the_standby_slot() {
         .unwrap()
         .get(0);
     assert_eq!(state, "invalidated");
+    // WAL after the invalidation: the trace must not read past the record.
+    env.log_standby_snapshot(&mut pc);
+    let after = sb.wait_replayed(&mut pc);
     let rows = trace_ok(&mut sc, slot);
     let start = rows[0].message.clone().unwrap_or_default();
     assert!(
@@ -939,15 +942,181 @@ fn st6_conflict_rows_removed_invalidates_the_standby_slot() {
         "REPLAY START names the invalidation: {start}"
     );
     // The server's own line: which replayed record invalidated it.
-    let logged = log_entries_since(&sb.env, off)
-        .into_iter()
-        .filter(|e| e.message.contains(&format!("\"{slot}\"")) && e.message.contains("invalidat"))
-        .map(|e| format!("{} / {:?}", e.message, e.detail))
-        .collect::<Vec<_>>();
+    let (logged_detail, redo) = logged_invalidation(&sb.env, off, slot)
+        .unwrap_or_else(|| panic!("the standby logged no invalidation of {slot}"));
+    let (redo_lsn, redo_name) =
+        redo.unwrap_or_else(|| panic!("no WAL redo CONTEXT with the invalidation line"));
+    let last = check_invalidation_row(&mut sc, &rows, redo_lsn, &redo_name, &logged_detail, after);
     println!(
-        "pgsnap-counts: st6 PG{} catalog_xmin {catalog_xmin:?} invalidated: {reason}; diagnosis rows {}; server log: {logged:?}",
+        "pgsnap-counts: st6 PG{} catalog_xmin {catalog_xmin:?} invalidated: {reason}; diagnosis rows {}; server log: redo at {} for {redo_name} ({logged_detail:?}); trace row {} {} agrees {:?} ({}); trace rows {}",
         env.major,
-        d.len()
+        d.len(),
+        fmt_lsn(redo_lsn),
+        fmt_lsn(last.lsn.unwrap()),
+        last.record,
+        last.agrees,
+        last.raw.get("server_source").and_then(|v| v.as_str()).unwrap_or(""),
+        rows.len()
     );
     pc.batch_execute("SELECT 1").unwrap();
+}
+
+/// The trace of a slot the standby invalidated ends with one `invalidated` row at the
+/// record the standby's log names in its CONTEXT (`redo_lsn`, `redo_name`), with the
+/// standby's DETAIL, judged `agrees = true` from that line; pg_walinspect on the standby
+/// names the same record there; no row follows although WAL up to `after` was replayed.
+fn check_invalidation_row<'a>(
+    sc: &mut Client,
+    rows: &'a [TraceRow],
+    redo_lsn: u64,
+    redo_name: &str,
+    logged_detail: &Option<String>,
+    after: u64,
+) -> &'a TraceRow {
+    let last = rows.last().unwrap();
+    assert_eq!(
+        last.branch.as_deref(),
+        Some("invalidated"),
+        "the trace ends at the invalidation:\n{}",
+        dump(rows)
+    );
+    assert_eq!(
+        rows.iter()
+            .filter(|r| r.branch.as_deref() == Some("invalidated"))
+            .count(),
+        1
+    );
+    assert_eq!(
+        last.lsn,
+        Some(redo_lsn),
+        "the row is at the record the standby names (CONTEXT: WAL redo at {} for {redo_name}):\n{}",
+        fmt_lsn(redo_lsn),
+        dump(rows)
+    );
+    assert_eq!(last.record, redo_name, "{}", dump(rows));
+    assert_eq!(&last.detail, logged_detail, "the standby's DETAIL");
+    assert_eq!(last.agrees, Some(true), "{}", dump(rows));
+    assert!(
+        last.end_lsn.unwrap() < after,
+        "WAL past the invalidation was replayed"
+    );
+    let (rm, ty): (String, String) = sc
+        .query_one(
+            "SELECT resource_manager, record_type FROM pg_get_wal_record_info($1::text::pg_lsn)",
+            &[&fmt_lsn(redo_lsn)],
+        )
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(
+        format!("{rm}/{ty}"),
+        redo_name,
+        "pg_walinspect on the standby"
+    );
+    last
+}
+
+// ---------------------------------------------------------------------------------------
+// st7: the primary restarts with wal_level = replica: the standby's slot is invalidated
+// (wal_level_insufficient) at the PARAMETER_CHANGE record
+// ---------------------------------------------------------------------------------------
+
+/// Puts the primary's wal_level back (ALTER SYSTEM RESET, restart), also on panic.
+struct WalLevelReset<'a>(&'a Env);
+
+impl Drop for WalLevelReset<'_> {
+    fn drop(&mut self) {
+        let mut c = self.0.connect("pgsnap-st7-reset");
+        let _ = c.batch_execute("ALTER SYSTEM RESET wal_level");
+        drop(c);
+        let _ = self.0.restart(false);
+    }
+}
+
+/// The standby's reason for an invalidated slot (16 shows only `conflicting`; its reason
+/// is then read from the standby's log DETAIL by the caller).
+fn invalidation_reason(env: &Env, sc: &mut Client, slot: &str) -> Option<String> {
+    let sql = if env.major >= 17 {
+        "SELECT invalidation_reason FROM pg_replication_slots WHERE slot_name = $1"
+    } else {
+        "SELECT CASE WHEN conflicting THEN 'conflicting' END FROM pg_replication_slots WHERE slot_name = $1"
+    };
+    sc.query_one(sql, &[&slot]).unwrap().get(0)
+}
+
+#[test]
+fn st7_wal_level_insufficient_invalidates_the_standby_slot() {
+    let Some((_g, env, mut pc, sb, sc)) = start_on_standby("st7") else {
+        return;
+    };
+    let slot = "pgsnap_st7";
+    let _guard = SlotGuard::new(&sb.env, slot);
+    sb.wait_replayed(&mut pc);
+    create_on_standby(&env, &sb, &mut pc, slot);
+    // A primary with wal_level replica refuses to start with logical slots of its own.
+    pc.batch_execute(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+         WHERE slot_type = 'logical' AND NOT active",
+    )
+    .unwrap();
+    let off = log_offset(&sb.env);
+    pc.batch_execute("ALTER SYSTEM SET wal_level = replica")
+        .unwrap();
+    drop(pc);
+    let reset = WalLevelReset(&env);
+    env.restart(false)
+        .expect("restarting the primary with wal_level = replica");
+    let mut reason: Option<String> = None;
+    wait_for(
+        "the standby to invalidate the slot",
+        Duration::from_secs(60),
+        || {
+            reason = sb
+                .try_connect()
+                .and_then(|mut c| invalidation_reason(&env, &mut c, slot));
+            reason.is_some()
+        },
+    );
+    // wal_level back to logical: a second PARAMETER_CHANGE the trace must not reach.
+    drop(reset);
+    let mut pc = env.connect("pgsnap-st7");
+    let level: String = pc.query_one("SHOW wal_level", &[]).unwrap().get(0);
+    assert_eq!(level, "logical");
+    let after = sb.wait_replayed(&mut pc);
+    let mut sc2 = sb.connect("pgsnap-st7b");
+    let (logged_detail, redo) = logged_invalidation(&sb.env, off, slot)
+        .unwrap_or_else(|| panic!("the standby logged no invalidation of {slot}"));
+    let (redo_lsn, redo_name) =
+        redo.unwrap_or_else(|| panic!("no WAL redo CONTEXT with the invalidation line"));
+    assert_eq!(redo_name, "XLOG/PARAMETER_CHANGE");
+    assert!(
+        logged_detail.as_deref().unwrap_or("").contains("wal_level"),
+        "{logged_detail:?}"
+    );
+    let reason = reason.unwrap();
+    if env.major >= 17 {
+        assert_eq!(reason, "wal_level_insufficient");
+    }
+    // The diagnosis and the health view name the reason the server keeps.
+    let d = diagnosis(&mut sc2, slot);
+    assert_eq!(d.len(), 1, "{d:#?}");
+    assert_eq!(d[0].0, "invalidated");
+    assert!(d[0].2.contains("wal_level_insufficient"), "{}", d[0].2);
+    let rows = trace_ok(&mut sc2, slot);
+    let start = rows[0].message.clone().unwrap_or_default();
+    assert!(
+        start.contains("the slot is invalidated (wal_level_insufficient)"),
+        "REPLAY START names the invalidation: {start}"
+    );
+    let last = check_invalidation_row(&mut sc2, &rows, redo_lsn, &redo_name, &logged_detail, after);
+    println!(
+        "pgsnap-counts: st7 PG{} invalidated: {reason}; server log: redo at {} for {redo_name} ({logged_detail:?}); trace row {} {} agrees {:?} ({}); trace rows {}",
+        env.major,
+        fmt_lsn(redo_lsn),
+        fmt_lsn(last.lsn.unwrap()),
+        last.record,
+        last.agrees,
+        last.raw.get("server_source").and_then(|v| v.as_str()).unwrap_or(""),
+        rows.len()
+    );
+    drop(sc);
 }

@@ -8,6 +8,7 @@ use snapbuild_core::access::xactdesc;
 use snapbuild_core::include::heapam_xlog::NewCid;
 use snapbuild_core::replication::decode::{Payload, RecordHead, RecordKind};
 use snapbuild_core::replication::message::LogicalMessage;
+use snapbuild_core::replication::slot_invalidation::{record_conflict, Conflict};
 use snapbuild_core::{Lsn, RunningXacts};
 
 use crate::adapter::raise;
@@ -17,12 +18,17 @@ pub struct WalReader {
     reader: *mut pg_sys::XLogReaderState,
     /// Fill `RecordHead::name` with pg_waldump's `rmgr/TYPE` for every record.
     pub with_names: bool,
+    /// Read the recovery conflict each record carries ([`WalRecord::conflict`]).
+    pub with_conflicts: bool,
 }
 
 /// One record, decoded far enough for the snapshot builder.
 pub struct WalRecord {
     pub head: RecordHead,
     pub payload: Payload,
+    /// What redoing it on a hot standby asks of the logical slots (only with
+    /// `with_conflicts`; `RecordHead::name` is then filled for such a record).
+    pub conflict: Option<Conflict>,
 }
 
 /// The fields of the current record, read from whichever struct this major keeps them in.
@@ -116,6 +122,28 @@ mod compat {
     pub unsafe fn rmgr(rmid: u8) -> Option<pg_sys::RmgrData> {
         pg_sys::RmgrIdExists(rmid as pg_sys::RmgrId)
             .then(|| pg_sys::GetRmgr(rmid as pg_sys::RmgrId))
+    }
+
+    /// The database of the relation of the current record's block reference `block`
+    /// (XLogRecGetBlockTagExtended), if it has one. 16+ (RelFileLocator); 15 never
+    /// invalidates slots in recovery.
+    #[cfg(not(feature = "pg15"))]
+    pub unsafe fn block_db(reader: *mut pg_sys::XLogReaderState, block: u8) -> Option<u32> {
+        let mut loc = pg_sys::RelFileLocator::default();
+        pg_sys::XLogRecGetBlockTagExtended(
+            reader,
+            block,
+            &mut loc,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+        .then(|| loc.dbOid.to_u32())
+    }
+
+    #[cfg(feature = "pg15")]
+    pub unsafe fn block_db(_reader: *mut pg_sys::XLogReaderState, _block: u8) -> Option<u32> {
+        None
     }
 }
 
@@ -211,6 +239,11 @@ mod compat {
         ((rmid as u32) < pg_sys::RmgrIds::RM_NEXT_ID as u32)
             .then(|| *pg_sys::RmgrTable.as_ptr().add(rmid as usize))
     }
+
+    /// 14 never invalidates slots in recovery.
+    pub unsafe fn block_db(_reader: *mut pg_sys::XLogReaderState, _block: u8) -> Option<u32> {
+        None
+    }
 }
 
 impl WalReader {
@@ -238,6 +271,7 @@ impl WalReader {
             let this = WalReader {
                 reader,
                 with_names: false,
+                with_conflicts: false,
             };
             if compat::find_first(reader, start.0) == 0 {
                 raise(
@@ -266,6 +300,7 @@ impl WalReader {
             let this = WalReader {
                 reader,
                 with_names: false,
+                with_conflicts: false,
             };
             (compat::find_first(reader, start.0) != 0).then_some(this)
         }
@@ -298,7 +333,7 @@ impl WalReader {
             }
             let cur = compat::current(self.reader);
             let kind = RecordKind::classify(cur.rmid, cur.info);
-            let head = RecordHead {
+            let mut head = RecordHead {
                 lsn: Lsn((*self.reader).ReadRecPtr),
                 end_lsn: Lsn((*self.reader).EndRecPtr),
                 xid: cur.xid,
@@ -367,7 +402,26 @@ impl WalReader {
                 },
                 _ => Payload::None,
             };
-            Some(WalRecord { head, payload })
+            let conflict = if self.with_conflicts {
+                let reader = self.reader;
+                record_conflict(
+                    crate::adapter::server_version(),
+                    cur.rmid,
+                    cur.info,
+                    data,
+                    |block| compat::block_db(reader, block),
+                )
+            } else {
+                None
+            };
+            if conflict.is_some() && head.name.is_none() {
+                head.name = Some(record_name(cur.rmid, cur.info));
+            }
+            Some(WalRecord {
+                head,
+                payload,
+                conflict,
+            })
         }
     }
 }

@@ -3,6 +3,9 @@
 use pgrx::prelude::*;
 use snapbuild_core::include::snapbuild::BuiltSnapshot;
 use snapbuild_core::replication::decode::ReplayError;
+use snapbuild_core::replication::slot_invalidation::{
+    detail, determine_cause, Cause, Conflict, Judgement, SlotFacts,
+};
 use snapbuild_core::{Lsn, SnapBuildState};
 use snapbuild_core::{Replay, RestoreResult, TraceRow};
 
@@ -23,6 +26,9 @@ pub enum Stop {
     NothingFlushedYet,
     /// The replay raised the ERROR the server would raise (a broken `.snap` file).
     Error,
+    /// The record that invalidated the slot on this standby was replayed: the server
+    /// decodes nothing after it.
+    Invalidated,
 }
 
 impl Stop {
@@ -35,6 +41,7 @@ impl Stop {
                 "no complete WAL record after the start position has been flushed yet"
             }
             Stop::Error => "stopped at an ERROR the server would raise too",
+            Stop::Invalidated => "stopped at the record whose redo invalidated the slot",
         }
     }
 }
@@ -63,6 +70,24 @@ pub struct DecodingContext {
     /// An unreadable `.snap` file is taken as absent instead of raising (replays of other
     /// possible writers, which must never end the trace).
     tolerant: bool,
+    /// Looks for the record whose redo invalidated the slot (see
+    /// [`DecodingContext::watch_invalidation`]).
+    pub invalidation: Option<InvalidationWatch>,
+}
+
+/// The search for the record that invalidated a slot on a hot standby
+/// (`snapbuild_core::replication::slot_invalidation`).
+#[derive(Clone, Debug)]
+pub struct InvalidationWatch {
+    pub slot_name: String,
+    /// The server's reason (pg_replication_slots.invalidation_reason).
+    pub cause: Cause,
+    pub facts: SlotFacts,
+    /// The record found (its start, `RMGR/TYPE`), once found.
+    pub found: Option<(Lsn, String)>,
+    /// Records met before it that may have invalidated the slot but whose horizon the
+    /// replay does not read: (start, why).
+    pub undecided: Vec<(Lsn, String)>,
 }
 
 /// SnapBuildRestore's file access: the `.snap` file for `lsn`, absent, or broken (the
@@ -117,6 +142,88 @@ impl DecodingContext {
             records: 0,
             stopped,
             tolerant: false,
+            invalidation: None,
+        }
+    }
+
+    /// For a slot that the server invalidated while redoing WAL (`rows_removed`,
+    /// `wal_level_insufficient`): every record is also judged as the standby's startup
+    /// process judged it (slot.c DetermineSlotInvalidationCause), and the loop ends with
+    /// the row of the first record that invalidates the slot ([`Stop::Invalidated`]). The
+    /// slot's xmin and catalog_xmin are taken as they are now: an invalidated slot no
+    /// longer moves, and before its invalidation they only grew, so the first record
+    /// that conflicts with today's values is the first that conflicted with the values
+    /// of its time. Does nothing for other slots.
+    pub fn watch_invalidation(&mut self) {
+        let Some(slot) = self.input.slot.as_ref() else {
+            return;
+        };
+        let Some(cause) = slot
+            .invalidation_reason
+            .as_deref()
+            .and_then(Cause::from_name)
+        else {
+            return;
+        };
+        self.invalidation = Some(InvalidationWatch {
+            slot_name: slot.name.clone(),
+            cause,
+            facts: SlotFacts {
+                database: slot.datoid,
+                effective_xmin: slot.effective_xmin,
+                effective_catalog_xmin: slot.effective_catalog_xmin,
+            },
+            found: None,
+            undecided: Vec::new(),
+        });
+        if let Some(r) = self.reader.as_mut() {
+            r.with_conflicts = true;
+        }
+    }
+
+    /// The invalidation judgement of a fed record, written into its row.
+    fn judge_invalidation(&mut self, conflict: &Conflict, row: &mut TraceRow) {
+        let Some(w) = self.invalidation.as_mut() else {
+            return;
+        };
+        if w.found.is_some() {
+            return;
+        }
+        let name = row.record.to_string();
+        match determine_cause(conflict, &w.facts) {
+            Judgement::No => {}
+            Judgement::Undecided(why) => {
+                row.interesting = true;
+                row.message = Some(format!(
+                    "replication slot \"{}\" may have been invalidated here ({}): {why}",
+                    w.slot_name,
+                    w.cause.name()
+                ));
+                w.undecided.push((row.lsn, why));
+            }
+            Judgement::Invalidates(cause) => {
+                let horizon = match conflict {
+                    Conflict::Horizon { horizon, .. } => Some(*horizon),
+                    _ => None,
+                };
+                row.interesting = true;
+                row.branch = Some("invalidated");
+                row.level = Some("LOG");
+                row.message = Some(format!(
+                    "invalidating obsolete replication slot \"{}\"",
+                    w.slot_name
+                ));
+                row.detail = Some(detail(cause, self.input.params.version, horizon));
+                if cause != w.cause {
+                    row.note = Some(format!(
+                        "the replay invalidates the slot here for {}, the server says {}",
+                        cause.name(),
+                        w.cause.name()
+                    ));
+                }
+                w.found = Some((row.lsn, name));
+                self.stopped = Some(Stop::Invalidated);
+            }
         }
     }
 
@@ -225,10 +332,24 @@ impl DecodingContext {
         self.records += 1;
         self.last_end = rec.head.end_lsn;
         self.last_record = Some(rec.head.lsn);
-        match fed {
-            Ok(None) if self.input.all_records => Some(Ok(Some(self.replay.quiet_row(&rec.head)))),
-            Ok(row) => Some(Ok(row)),
-            Err(e) => {
+        // A record that may invalidate the watched slot is judged on a row of its own.
+        let fed = match fed {
+            Ok(None) if self.input.all_records || rec.conflict.is_some() => {
+                Ok(Some(self.replay.quiet_row(&rec.head)))
+            }
+            other => other,
+        };
+        match (fed, &rec.conflict) {
+            (Ok(Some(mut row)), Some(c)) => {
+                if let Some(n) = rec.head.name.as_deref() {
+                    row.record = n.to_owned().into();
+                }
+                self.judge_invalidation(c, &mut row);
+                let shown = row.interesting || self.input.all_records;
+                Some(Ok(shown.then_some(row)))
+            }
+            (Ok(row), _) => Some(Ok(row)),
+            (Err(e), _) => {
                 self.stopped = Some(Stop::Error);
                 Some(Err(e))
             }
@@ -294,6 +415,7 @@ impl DecodingContext {
         match opened {
             Some(mut r) => {
                 r.with_names = self.input.all_records;
+                r.with_conflicts = self.invalidation.is_some();
                 self.reader = Some(r);
                 self.stopped = None;
                 true

@@ -98,10 +98,13 @@ pub fn replay_slot(
 /// WAL is lost) is not replayed.
 pub fn diagnose_slot(slot: &SlotCopy) -> Option<Vec<Finding>> {
     let view = activity::slot_view(&slot.name)?;
-    let facts = slot_facts(slot, view);
+    let mut facts = slot_facts(slot, view);
     let invalid = facts.invalidation_reason.is_some()
         || facts.wal_status.as_deref() == Some("lost")
         || slot.restart_lsn == 0;
+    if invalid && slot.restart_lsn != 0 {
+        facts.invalidated_at = invalidating_record(slot);
+    }
     let (mut server, running_now) = server_facts(&slot.name);
     let builder = if invalid {
         None
@@ -119,6 +122,20 @@ pub fn diagnose_slot(slot: &SlotCopy) -> Option<Vec<Finding>> {
     ))
 }
 
+/// The record whose redo invalidated `slot` on a standby (rows_removed,
+/// wal_level_insufficient), found by a replay from its restart_lsn
+/// ([`DecodingContext::watch_invalidation`]); `None` for other causes, or when its WAL is
+/// gone or no record read invalidates it.
+fn invalidating_record(slot: &SlotCopy) -> Option<(Lsn, String)> {
+    let input = for_slot_copy(slot.clone(), false);
+    let mut ctx =
+        DecodingContext::try_start_tolerant(input, unsafe { pg_sys::CurrentMemoryContext })?;
+    ctx.watch_invalidation();
+    ctx.invalidation.as_ref()?;
+    while ctx.next_row().is_some() {}
+    ctx.invalidation.and_then(|w| w.found)
+}
+
 /// The slot's facts: shared memory's copy, pg_replication_slots' view of it, and (while
 /// it is created) the xid its creating process waits for in pg_locks.
 fn slot_facts(slot: &SlotCopy, view: activity::SlotView) -> SlotFacts {
@@ -134,6 +151,7 @@ fn slot_facts(slot: &SlotCopy, view: activity::SlotView) -> SlotFacts {
         candidate_catalog_xmin: slot.candidate_catalog_xmin,
         candidate_xmin_lsn: Lsn(slot.candidate_xmin_lsn),
         invalidation_reason: slot.invalidation_reason.clone(),
+        invalidated_at: None,
         wal_status: view.wal_status,
         conflicting: view.conflicting,
         inactive_since: view.inactive_since,

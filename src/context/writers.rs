@@ -6,7 +6,8 @@
 
 use snapbuild_core::compare::{writes_same_file, LogLines, LogWriters, LoggedWriter};
 use snapbuild_core::server_log::{
-    decoders, lines_for, message_lsn, writers_of, LogEvent, LoggedDecoder, Writers,
+    decoders, lines_for, message_lsn, writers_of, InvalidationLine, LogEvent, LoggedDecoder,
+    Writers,
 };
 use snapbuild_core::{BuilderParams, Lsn, SnapBuildOnDisk, TraceRow};
 
@@ -99,6 +100,21 @@ impl OtherWriters {
             })
             .map(|(_, e)| e)
         })
+    }
+
+    /// The server log's `invalidating obsolete replication slot` lines for `slot`, oldest
+    /// first, or why the log cannot be read.
+    pub fn invalidation_lines(&mut self, slot: &str) -> Result<Vec<InvalidationLine>, String> {
+        match self.events() {
+            Ok(events) => Ok(events
+                .iter()
+                .filter_map(|e| match e {
+                    LogEvent::SlotInvalidated(i) if i.slot == slot => Some(i.clone()),
+                    _ => None,
+                })
+                .collect()),
+            Err(why) => Err(why.clone()),
+        }
     }
 
     /// What the server log says about `row`'s builder LOG message (`logical decoding

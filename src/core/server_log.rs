@@ -37,7 +37,40 @@ pub enum LogEvent {
     /// A LOG line of the snapshot builder (`logical decoding found …`), with its DETAIL and
     /// the statement of the session that logged it.
     Builder(BuilderLine),
+    /// slot.c ReportSlotInvalidation's `invalidating obsolete replication slot "S"`, with
+    /// its DETAIL and, on a standby's startup process, the CONTEXT naming the record being
+    /// redone (`WAL redo at X/Y for RMGR/TYPE: …`).
+    SlotInvalidated(InvalidationLine),
 }
+
+/// A slot invalidation as the server logged it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidationLine {
+    pub at_ms: i64,
+    pub pid: Option<i32>,
+    pub slot: String,
+    pub detail: Option<String>,
+    pub context: Option<String>,
+}
+
+impl InvalidationLine {
+    /// The record the CONTEXT line names: its LSN and `RMGR/TYPE`.
+    pub fn redo_record(&self) -> Option<(Lsn, String)> {
+        let c = self.context.as_deref()?;
+        let rest = &c[c.find(REDO_AT)? + REDO_AT.len()..];
+        let (lsn, rest) = leading_lsn(rest)?;
+        let name = rest
+            .strip_prefix(" for ")
+            .map(|r| r.split([':', ' ']).next().unwrap_or("").to_owned())
+            .unwrap_or_default();
+        Some((lsn, name))
+    }
+}
+
+/// xlogrecovery.c's error context while a record is redone.
+const REDO_AT: &str = "WAL redo at ";
+/// ReportSlotInvalidation's message (the slot is not in use by a process).
+const INVALIDATING: &str = "invalidating obsolete replication slot \"";
 
 /// A snapshot builder's LOG line as the server wrote it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -123,6 +156,7 @@ impl LogEvent {
         match self {
             LogEvent::ServerStart { at_ms } | LogEvent::DecoderStart { at_ms, .. } => *at_ms,
             LogEvent::Builder(b) => b.at_ms,
+            LogEvent::SlotInvalidated(i) => i.at_ms,
         }
     }
 }
@@ -257,6 +291,7 @@ enum Open {
     /// `starting logical decoding for slot`: (time, pid, slot, DETAIL text, STATEMENT).
     Start(i64, Option<i32>, String, Option<String>, Option<String>),
     Builder(BuilderLine),
+    Invalidation(InvalidationLine),
 }
 
 /// The part of an open message that continuation lines (starting with a tab) extend.
@@ -265,6 +300,7 @@ enum Part {
     Message,
     Detail,
     Statement,
+    Context,
     Other,
 }
 
@@ -289,6 +325,8 @@ impl StderrParser {
                     (Open::Builder(b), Part::Statement) => b.statement.as_mut(),
                     (Open::Start(_, _, _, d, _), Part::Detail) => d.as_mut(),
                     (Open::Start(_, _, _, _, st), Part::Statement) => st.as_mut(),
+                    (Open::Invalidation(i), Part::Detail) => i.detail.as_mut(),
+                    (Open::Invalidation(i), Part::Context) => i.context.as_mut(),
                     _ => None,
                 };
                 if let Some(f) = field {
@@ -304,6 +342,7 @@ impl StderrParser {
                 match &mut open {
                     Open::Builder(b) => b.detail = Some(d),
                     Open::Start(_, _, _, det, _) => *det = Some(d),
+                    Open::Invalidation(i) => i.detail = Some(d),
                 }
                 self.open = Some((prefix, open, Part::Detail));
                 return out;
@@ -312,8 +351,14 @@ impl StderrParser {
                 match &mut open {
                     Open::Builder(b) => b.statement = Some(st),
                     Open::Start(_, _, _, _, s) => *s = Some(st),
+                    Open::Invalidation(_) => {}
                 }
                 self.open = Some((prefix, open, Part::Statement));
+                return out;
+            }
+            if let (Some(c), Open::Invalidation(i)) = (tagged("CONTEXT:  "), &mut open) {
+                i.context = Some(c);
+                self.open = Some((prefix, open, Part::Context));
                 return out;
             }
             if tagged("HINT:  ").is_some() || tagged("CONTEXT:  ").is_some() {
@@ -346,6 +391,15 @@ impl StderrParser {
                 statement: None,
             };
             self.open = Some((prefix.to_owned(), Open::Builder(b), Part::Message));
+        } else if let Some(rest) = msg.strip_prefix(INVALIDATING) {
+            let inv = InvalidationLine {
+                at_ms,
+                pid,
+                slot: rest.strip_suffix('"').unwrap_or(rest).to_owned(),
+                detail: None,
+                context: None,
+            };
+            self.open = Some((prefix.to_owned(), Open::Invalidation(inv), Part::Message));
         } else if READY.iter().any(|r| msg.starts_with(r)) {
             out.push(LogEvent::ServerStart { at_ms });
         }
@@ -373,6 +427,7 @@ fn close(open: Open) -> Option<LogEvent> {
             })
         }
         Open::Builder(b) => Some(LogEvent::Builder(b)),
+        Open::Invalidation(i) => Some(LogEvent::SlotInvalidated(i)),
     }
 }
 
@@ -385,11 +440,21 @@ fn event_from_fields(
     msg: &str,
     detail: Option<&str>,
     statement: Option<&str>,
+    context: Option<&str>,
 ) -> Option<LogEvent> {
     if severity != "LOG" {
         return None;
     }
     let (at_ms, _) = leading_timestamp(timestamp)?;
+    if let Some(rest) = msg.strip_prefix(INVALIDATING) {
+        return Some(LogEvent::SlotInvalidated(InvalidationLine {
+            at_ms,
+            pid,
+            slot: rest.strip_suffix('"').unwrap_or(rest).to_owned(),
+            detail: detail.map(str::to_owned),
+            context: context.map(str::to_owned),
+        }));
+    }
     if READY.iter().any(|r| msg.starts_with(r)) {
         return Some(LogEvent::ServerStart { at_ms });
     }
@@ -427,12 +492,14 @@ pub fn parse_json_line(line: &str) -> Option<LogEvent> {
         text("message")?,
         text("detail"),
         text("statement"),
+        text("context"),
     )
 }
 
 /// Reads csvlog (`log_destination = csvlog`) line by line: a record ends at a newline
 /// outside quotes (fields may hold newlines); its columns are those of the server's
-/// csvlog (log_time 0, process_id 3, error_severity 11, message 13, detail 14, query 19).
+/// csvlog (log_time 0, process_id 3, error_severity 11, message 13, detail 14, context 18,
+/// query 19).
 #[derive(Default)]
 pub struct CsvParser {
     record: String,
@@ -462,6 +529,7 @@ impl CsvParser {
             field(13)?,
             field(14),
             field(19),
+            field(18),
         )
     }
 }
@@ -656,6 +724,7 @@ pub fn decoders(events: &[LogEvent]) -> Vec<LoggedDecoder> {
                     }
                 }
             }
+            LogEvent::SlotInvalidated(_) => {}
         }
     }
     out
@@ -969,5 +1038,41 @@ mod tests {
         assert!(m[0].same_start && !m[0].equal);
         assert!(!m[0].may_refute);
         assert!(lines_for(&ds, "no lsn here", None, Lsn(0), None, false).is_empty());
+    }
+
+    #[test]
+    fn invalidation_with_redo_context() {
+        let mut p = StderrParser::default();
+        let mut ev = Vec::new();
+        for l in [
+            "2026-12-01 20:00:01.000 UTC [77] LOG:  invalidating obsolete replication slot \"s6\"",
+            "2026-12-01 20:00:01.000 UTC [77] DETAIL:  The slot conflicted with xid horizon 812.",
+            "2026-12-01 20:00:01.000 UTC [77] CONTEXT:  WAL redo at 0/3001F20 for Heap2/PRUNE_ON_ACCESS: snapshotConflictHorizon: 812, isCatalogRel: T",
+            "2026-12-01 20:00:02.000 UTC [78] LOG:  checkpoint starting: time",
+        ] {
+            ev.extend(p.line(l));
+        }
+        ev.extend(p.finish());
+        let LogEvent::SlotInvalidated(i) = &ev[0] else {
+            panic!("{ev:?}")
+        };
+        assert_eq!(i.slot, "s6");
+        assert_eq!(i.pid, Some(77));
+        assert_eq!(
+            i.detail.as_deref(),
+            Some("The slot conflicted with xid horizon 812.")
+        );
+        assert_eq!(
+            i.redo_record(),
+            Some((Lsn(0x3001F20), "Heap2/PRUNE_ON_ACCESS".to_owned()))
+        );
+        let j = r#"{"timestamp":"2026-12-01 20:00:01.000 UTC","pid":77,"error_severity":"LOG","message":"invalidating obsolete replication slot \"s7\"","detail":"x","context":"WAL redo at 0/10 for XLOG/PARAMETER_CHANGE: max_connections=100"}"#;
+        let Some(LogEvent::SlotInvalidated(i)) = parse_json_line(j) else {
+            panic!()
+        };
+        assert_eq!(
+            i.redo_record(),
+            Some((Lsn(0x10), "XLOG/PARAMETER_CHANGE".to_owned()))
+        );
     }
 }

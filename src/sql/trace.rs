@@ -5,8 +5,9 @@
 //! columns of the two set-returning ones are declared once ([`with_trace_columns`]).
 
 use pgrx::prelude::*;
+use snapbuild_core::compare::judge_invalidation;
 use snapbuild_core::replication::snapbuild::CommitVerdict;
-use snapbuild_core::BuilderParams;
+use snapbuild_core::{BuilderParams, TraceRow};
 
 use crate::adapter::{raise, raise_with_hint};
 use crate::context::{self, judge, DecodingContext, OtherWriters, RangeArgs, ReplayInput, Traced};
@@ -19,6 +20,8 @@ pub struct TraceIter {
     ctx: DecodingContext,
     start_row: Option<Traced>,
     writers: OtherWriters,
+    /// The closing row of an invalidated slot's trace was given (or is not due).
+    closed: bool,
 }
 
 impl TraceIter {
@@ -28,17 +31,75 @@ impl TraceIter {
     /// as the server raises them. A broken `.snap` file met on branch b ends the replay
     /// with an `ERROR` row (the server would fail there too).
     pub fn start(input: ReplayInput) -> Self {
-        let ctx = DecodingContext::start(input);
+        let mut ctx = DecodingContext::start(input);
+        ctx.watch_invalidation();
         let writers = OtherWriters::new(&ctx);
         let start_row = Some(Traced {
             row: ctx.start_row(),
             verdict: Default::default(),
         });
         TraceIter {
+            closed: ctx.invalidation.is_none(),
             ctx,
             start_row,
             writers,
         }
+    }
+
+    /// The server's verdict on an `invalidated` row (the standby's log line for the slot
+    /// and the record it names in its CONTEXT).
+    fn judge_invalidated(&mut self, row: TraceRow) -> Traced {
+        let w = self.ctx.invalidation.clone().expect("watching");
+        let lines = self.writers.invalidation_lines(&w.slot_name);
+        let detail = row.detail.clone().unwrap_or_default();
+        let verdict = judge_invalidation(
+            Some((row.lsn, &row.record, &detail)),
+            &w.undecided,
+            self.ctx.input.start,
+            lines.as_deref().map_err(String::as_str),
+        );
+        self.closed = true;
+        Traced { row, verdict }
+    }
+
+    /// The closing row of an invalidated slot's trace when no record read invalidates it:
+    /// at the record the server log names (or the end of what was read), saying so.
+    fn not_found_row(&mut self) -> Option<Traced> {
+        if std::mem::replace(&mut self.closed, true) {
+            return None;
+        }
+        let w = self.ctx.invalidation.clone()?;
+        if w.found.is_some() || self.ctx.stopped != Some(context::Stop::EndOfWal) {
+            return None;
+        }
+        let lines = self.writers.invalidation_lines(&w.slot_name);
+        let verdict = judge_invalidation(
+            None,
+            &w.undecided,
+            self.ctx.input.start,
+            lines.as_deref().map_err(String::as_str),
+        );
+        let mut row = self.ctx.replay.builder_row_at(self.ctx.last_end);
+        row.record = "INVALIDATION".into();
+        row.end_lsn = self.ctx.last_end;
+        row.branch = Some("invalidated");
+        row.interesting = true;
+        row.message = Some(format!(
+            "replication slot \"{}\" is invalidated ({}), but no record read up to {} invalidates it in the replay{}",
+            w.slot_name,
+            w.cause.name(),
+            self.ctx.last_end,
+            if w.undecided.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {} records may have (their horizon is not read), the first at {}",
+                    w.undecided.len(),
+                    w.undecided[0].0
+                )
+            }
+        ));
+        Some(Traced { row, verdict })
     }
 }
 
@@ -51,8 +112,14 @@ impl Iterator for TraceIter {
         }
         let version = self.ctx.input.params.version.snapbuild_version();
         loop {
-            match self.ctx.next_row()? {
+            let Some(next) = self.ctx.next_row() else {
+                return self.not_found_row();
+            };
+            match next {
                 Ok(None) => {}
+                Ok(Some(row)) if row.branch == Some("invalidated") => {
+                    return Some(self.judge_invalidated(row));
+                }
                 Ok(Some(row)) => {
                     if row.interesting || self.ctx.input.all_records {
                         return Some(judge(

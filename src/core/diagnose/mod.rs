@@ -70,6 +70,9 @@ pub struct SlotFacts {
     /// slot.c's cause name (`wal_removed`, `rows_removed`, `wal_level_insufficient`,
     /// `idle_timeout`), if the slot is invalidated.
     pub invalidation_reason: Option<String>,
+    /// The record whose redo invalidated the slot on a standby, as the replay found it
+    /// (`replication::slot_invalidation`): its start and `RMGR/TYPE`.
+    pub invalidated_at: Option<(Lsn, String)>,
     /// `pg_replication_slots.wal_status` (`lost`: the WAL it needs is gone).
     pub wal_status: Option<String>,
     /// `pg_replication_slots.conflicting` (16+).
@@ -458,14 +461,23 @@ pub fn diagnose(
         } else {
             ""
         };
+        let at = match &slot.invalidated_at {
+            Some((lsn, name)) => {
+                format!("; the standby invalidated it while redoing the record at {lsn} ({name})")
+            }
+            None => String::new(),
+        };
         let mut f = Finding::new(
             FindingKind::Invalidated,
             format!(
-                "slot \"{}\" is invalidated{conflicting}: {reason}: {means}; no consumer can decode from it any more",
+                "slot \"{}\" is invalidated{conflicting}: {reason}: {means}{at}; no consumer can decode from it any more",
                 slot.name
             ),
         );
-        f.lsn = slot.restart_lsn.is_valid().then_some(slot.restart_lsn);
+        f.lsn = match &slot.invalidated_at {
+            Some((lsn, _)) => Some(*lsn),
+            None => slot.restart_lsn.is_valid().then_some(slot.restart_lsn),
+        };
         f.since = slot.inactive_since;
         f.remedy = Some(format!(
             "SELECT pg_drop_replication_slot('{}'), create it again and let the consumer copy its tables anew (changes since it was invalidated are lost to it)",

@@ -4,5 +4,6 @@ pub mod decode;
 pub mod logical;
 pub mod message;
 pub mod reorderbuffer;
+pub mod slot_invalidation;
 pub mod snapbuild;
 pub mod snapbuild_ondisk;
