@@ -1012,6 +1012,20 @@ fn check_invalidation_row<'a>(
         redo_name,
         "pg_walinspect on the standby"
     );
+    // The diagnosis names the same record.
+    let slot: String = sc
+        .query_one(
+            "SELECT slot_name::text FROM pg_replication_slots WHERE conflicting",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let d = diagnosis(sc, &slot);
+    let want = format!(
+        "the standby invalidated it while redoing the record at {} ({redo_name})",
+        fmt_lsn(redo_lsn)
+    );
+    assert!(d[0].2.contains(&want), "{want}: {}", d[0].2);
     last
 }
 
@@ -1119,4 +1133,480 @@ fn st7_wal_level_insufficient_invalidates_the_standby_slot() {
         rows.len()
     );
     drop(sc);
+}
+
+// ---------------------------------------------------------------------------------------
+// st8: the slot sync worker (17+): synced copies, temporary or persistent, against the
+// trace of the copy and the standby's LOG lines
+// ---------------------------------------------------------------------------------------
+
+/// `ALTER_REPLICATION_SLOT slot (FAILOVER true)` on the primary, through psql's
+/// replication connection (the SQL functions cannot change it).
+fn set_failover(env: &Env, slot: &str) {
+    let out = std::process::Command::new("psql")
+        .arg(format!(
+            "host={} port={} user={} dbname={} replication=database",
+            env.host, env.port, env.user, env.dbname
+        ))
+        .args(["-X", "-v", "ON_ERROR_STOP=1", "-c"])
+        .arg(format!("ALTER_REPLICATION_SLOT {slot} (FAILOVER true)"))
+        .output()
+        .expect("psql");
+    assert!(
+        out.status.success(),
+        "ALTER_REPLICATION_SLOT: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Turns the standby's slot sync worker off again (ALTER SYSTEM RESET, reload, wait
+/// until it is gone), also on panic.
+struct SyncWorkerOff<'a>(&'a Standby);
+
+impl Drop for SyncWorkerOff<'_> {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.try_connect() {
+            let _ = c.batch_execute("ALTER SYSTEM RESET sync_replication_slots");
+            let _ = c.batch_execute("SELECT pg_reload_conf()");
+            for _ in 0..100 {
+                let n: i64 = c
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'slotsync worker'",
+                        &[],
+                    )
+                    .map(|r| r.get(0))
+                    .unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+/// The standby's copy of a synced slot with the process using it:
+/// (temporary, restart_lsn, confirmed_flush or 0, catalog_xmin, active_pid).
+fn synced_copy(sc: &mut Client, slot: &str) -> Option<(bool, u64, u64, u64, Option<i32>)> {
+    sc.query_opt(
+        "SELECT temporary, restart_lsn::text, coalesce(confirmed_flush_lsn, '0/0')::text, \
+         catalog_xmin::text, active_pid FROM pg_replication_slots WHERE slot_name = $1 AND synced",
+        &[&slot],
+    )
+    .unwrap()
+    .map(|r| {
+        (
+            r.get(0),
+            parse_lsn(&r.get::<_, String>(1)),
+            parse_lsn(&r.get::<_, String>(2)),
+            r.get::<_, Option<String>>(3)
+                .map_or(0, |x| x.parse().unwrap()),
+            r.get(4),
+        )
+    })
+}
+
+/// What one look at a synced copy found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// Temporary, never advanced: the remote slot is behind the standby's reservation.
+    RemoteBehind,
+    /// Temporary, advanced to the remote confirmed_flush without a consistent snapshot.
+    NotConsistent,
+    Persistent,
+}
+
+/// Looks at the standby's copy of `slot` (unchanged around the trace) and checks the
+/// trace against the server:
+/// - persistent: the replay from restart_lsn is consistent on a record before
+///   confirmed_flush, and the standby logged `… "slot" is sync-ready now`;
+/// - temporary, confirmed_flush invalid: REPLAY START says the remote slot is behind, with
+///   the copy's restart_lsn and catalog_xmin, which the standby's `could not synchronize`
+///   DETAIL names as what "the standby has";
+/// - temporary, confirmed_flush set: the replay is not consistent before it, and the
+///   standby logged `could not synchronize` (on 18 with "could not build a consistent
+///   snapshot").
+///
+/// `None` when the copy changed meanwhile, or is temporary and not advanced without the
+/// standby having logged why yet (its decoder may still be on its way).
+fn look_at_copy(
+    env: &Env,
+    sb: &Standby,
+    sc: &mut Client,
+    slot: &str,
+    off: u64,
+    stats: &mut TraceStats,
+) -> Option<Seen> {
+    let before = synced_copy(sc, slot)?;
+    let rows = trace_ok(sc, slot);
+    let after = synced_copy(sc, slot)?;
+    if after != before {
+        return None;
+    }
+    let (temporary, restart, confirmed, catalog_xmin, _) = before;
+    let replayed = replay_lsn(sc);
+    *stats += check_trace_against_wal(sc, restart, replayed, &rows);
+    let start = rows[0].message.clone().unwrap_or_default();
+    let logged = |m: &str| -> Vec<LogEntry> {
+        log_entries_since(&sb.env, off)
+            .into_iter()
+            .filter(|e| e.message.contains(&format!("\"{slot}\"")) && e.message.contains(m))
+            .collect()
+    };
+    let consistent_before =
+        consistent_row(&rows).is_some_and(|r| r.lsn.is_some_and(|l| l < confirmed));
+    let seen = match (temporary, confirmed) {
+        (false, _) => {
+            assert!(start.contains("persistent (sync-ready)"), "{start}");
+            assert!(
+                consistent_before,
+                "persisted by the standby: the replay from {} is consistent before confirmed_flush {}:\n{}",
+                fmt_lsn(restart),
+                fmt_lsn(confirmed),
+                dump(&rows)
+            );
+            assert!(
+                !logged("is sync-ready now").is_empty(),
+                "the standby logged the copy sync-ready"
+            );
+            Seen::Persistent
+        }
+        (true, 0) => {
+            assert!(start.contains("has not advanced it"), "{start}");
+            let standby_has = format!(
+                "the standby has LSN {} and catalog xmin {catalog_xmin}",
+                fmt_lsn(restart)
+            );
+            assert!(
+                start.contains(&format!(
+                    "restart_lsn {}, catalog_xmin {catalog_xmin}",
+                    fmt_lsn(restart)
+                )),
+                "{start}"
+            );
+            // Not advanced yet: the remote behind (the standby says so, with the copy's
+            // positions), or its decoder still on the way (nothing logged yet).
+            let said = logged("could not synchronize").iter().any(|e| {
+                e.detail
+                    .as_deref()
+                    .is_some_and(|d| d.contains(&standby_has))
+            });
+            if !said {
+                return None;
+            }
+            Seen::RemoteBehind
+        }
+        (true, _) => {
+            assert!(start.contains("found no consistent snapshot"), "{start}");
+            assert!(
+                !consistent_before,
+                "kept temporary by the standby: the replay from {} must not be consistent before confirmed_flush {}:\n{}",
+                fmt_lsn(restart),
+                fmt_lsn(confirmed),
+                dump(&rows)
+            );
+            let lines = logged("could not synchronize");
+            assert!(!lines.is_empty(), "the standby logged why");
+            if env.major >= 18 {
+                assert!(
+                    lines.iter().any(|e| e
+                        .detail
+                        .as_deref()
+                        .is_some_and(|d| d.contains("could not build a consistent snapshot"))),
+                    "{lines:?}"
+                );
+            }
+            Seen::NotConsistent
+        }
+    };
+    Some(seen)
+}
+
+/// Looks at the copy of `slot` every 200 ms (see [`look_at_copy`]) until `until` was
+/// seen (at most 90 s); every state seen, in order, without repeats.
+fn watch_copy(
+    env: &Env,
+    sb: &Standby,
+    sc: &mut Client,
+    slot: &str,
+    off: u64,
+    stats: &mut TraceStats,
+    until: Seen,
+) -> Vec<Seen> {
+    let mut seen: Vec<Seen> = Vec::new();
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_secs(90) {
+        if let Some(s) = look_at_copy(env, sb, sc, slot, off, stats) {
+            if seen.last() != Some(&s) {
+                seen.push(s);
+            }
+            if s == until {
+                return seen;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("the copy of {slot} never became {until:?} within 90 s (seen {seen:?})");
+}
+
+#[test]
+fn st8_slot_sync_worker_temporary_and_persistent_copies() {
+    let Some((_g, env, mut pc)) = start() else {
+        return;
+    };
+    if env.major < 17 {
+        println!("SKIPPED: st8: the slot sync worker exists from PostgreSQL 17 on");
+        return;
+    }
+    let sb = env.standby();
+    let mut sc = sb.connect("pgsnap-st8");
+    let (sa, sbn) = ("pgsnap_st8a", "pgsnap_st8b");
+    let _ga = SlotGuard::new(&env, sa);
+    let _gb = SlotGuard::new(&env, sbn);
+    pc.batch_execute("DROP TABLE IF EXISTS pgsnap_st8_t; CREATE TABLE pgsnap_st8_t (id int)")
+        .unwrap();
+    sb.wait_replayed(&mut pc);
+    let off = log_offset(&sb.env);
+    sc.batch_execute("ALTER SYSTEM SET sync_replication_slots = on")
+        .unwrap();
+    sc.batch_execute("SELECT pg_reload_conf()").unwrap();
+    let _off = SyncWorkerOff(&sb);
+    wait_for("the slot sync worker to start", WAIT, || {
+        sc.query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'slotsync worker'",
+            &[],
+        )
+        .unwrap()
+        .get::<_, i64>(0)
+            == 1
+    });
+    let create = |pc: &mut Client, slot: &str| {
+        pc.execute(
+            "SELECT pg_create_logical_replication_slot($1, 'test_decoding')",
+            &[&slot],
+        )
+        .unwrap();
+    };
+    let mut stats = TraceStats::default();
+    // A: a failover slot from the moment x (an xid after A's catalog_xmin) runs: the
+    // standby reserves x as catalog_xmin for its copy, the remote slot is behind: kept
+    // temporary. x ends and A's consumer settles its catalog_xmin: the worker persists it.
+    create(&mut pc, sa);
+    pc.batch_execute("INSERT INTO pgsnap_st8_t VALUES (0)")
+        .unwrap();
+    let xx = OpenXact::begin(&env, "pgsnap-st8-x");
+    set_failover(&env, sa);
+    sb.wait_replayed(&mut pc);
+    wait_for("the worker to sync A", Duration::from_secs(60), || {
+        synced_copy(&mut sc, sa).is_some()
+    });
+    let mut seen_a = watch_copy(&env, &sb, &mut sc, sa, off, &mut stats, Seen::RemoteBehind);
+    xx.commit();
+    settle(&env, &mut pc, sa);
+    for s in watch_copy(&env, &sb, &mut sc, sa, off, &mut stats, Seen::Persistent) {
+        if seen_a.last() != Some(&s) {
+            seen_a.push(s);
+        }
+    }
+    // B: a failover slot once its restart_lsn is a RUNNING_XACTS that runs k: the worker's
+    // decoder waits for k (the copy is active meanwhile) and, once k ended, is not
+    // consistent before B's confirmed_flush: kept temporary; a later RUNNING_XACTS consumed
+    // on the primary moves B past k and the worker persists the copy.
+    create(&mut pc, sbn);
+    settle(&env, &mut pc, sbn);
+    let xk = OpenXact::begin(&env, "pgsnap-st8-k");
+    let before = server_slot(&mut pc, sbn).restart_lsn;
+    for _ in 0..6 {
+        settle(&env, &mut pc, sbn);
+        if server_slot(&mut pc, sbn).restart_lsn != before {
+            break;
+        }
+    }
+    let restart_b = server_slot(&mut pc, sbn).restart_lsn;
+    let runs_k =
+        wal_running_xacts_at(&mut pc, restart_b).is_some_and(|w| w.xacts.contains(&xk.xid));
+    set_failover(&env, sbn);
+    sb.wait_replayed(&mut pc);
+    wait_for("the worker to sync B", Duration::from_secs(60), || {
+        synced_copy(&mut sc, sbn).is_some()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let k = xk.xid;
+    xk.commit();
+    let mut seen_b = vec![];
+    let t0 = std::time::Instant::now();
+    // Until the copy is seen temporary after an advance, or persistent.
+    while t0.elapsed() < Duration::from_secs(30) {
+        if let Some(s) = look_at_copy(&env, &sb, &mut sc, sbn, off, &mut stats) {
+            if seen_b.last() != Some(&s) {
+                seen_b.push(s);
+            }
+            if s != Seen::RemoteBehind {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    settle(&env, &mut pc, sbn);
+    for s in watch_copy(&env, &sb, &mut sc, sbn, off, &mut stats, Seen::Persistent) {
+        if seen_b.last() != Some(&s) {
+            seen_b.push(s);
+        }
+    }
+    println!(
+        "pgsnap-counts: st8 PG{} copies seen A {seen_a:?} B {seen_b:?} (B's restart_lsn runs k={k}: {runs_k}) trace rows {} running_xacts rows matched to WAL {} agrees t/f/null {}/{}/{}",
+        env.major,
+        stats.rows,
+        stats.wal_records_matched,
+        stats.agrees_true,
+        stats.agrees_false,
+        stats.agrees_null
+    );
+    let all: Vec<Seen> = seen_a.iter().chain(&seen_b).copied().collect();
+    assert!(
+        seen_a.contains(&Seen::RemoteBehind) && all.contains(&Seen::Persistent),
+        "temporary and persistent copies compared: {all:?}"
+    );
+    // B's restart_lsn ran k: the standby's decoder from there was not consistent before
+    // B's confirmed_flush once k ended (as st5 saw with pg_sync_replication_slots()).
+    assert!(
+        !runs_k || seen_b.contains(&Seen::NotConsistent),
+        "B kept temporary without a consistent snapshot: {seen_b:?}"
+    );
+    drop(_off);
+    drop(_ga);
+    drop(_gb);
+    sb.wait_replayed(&mut pc);
+    let _ = sc.batch_execute("SELECT pg_sync_replication_slots()");
+    pc.batch_execute("DROP TABLE pgsnap_st8_t").unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// st9: a synced failover slot after the standby's promotion: the trace goes on on the new
+// timeline and test_decoding there emits what the verdicts say
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn st9_synced_slot_after_promotion() {
+    let Some((_g, env, mut pc)) = start() else {
+        return;
+    };
+    if env.major < 17 {
+        println!("SKIPPED: st9: failover slots are synchronized to standbys from PostgreSQL 17 on");
+        return;
+    }
+    let sb = env.standby();
+    let mut sc = sb.connect("pgsnap-st9");
+    let slot = "pgsnap_st9";
+    let _g = SlotGuard::new(&env, slot);
+    pc.batch_execute("DROP TABLE IF EXISTS pgsnap_st9_t; CREATE TABLE pgsnap_st9_t (id int)")
+        .unwrap();
+    sb.wait_replayed(&mut pc);
+    let _ = sc.batch_execute("SELECT pg_sync_replication_slots()");
+    pc.execute(
+        "SELECT pg_create_logical_replication_slot($1, 'test_decoding', false, false, true)",
+        &[&slot],
+    )
+    .unwrap();
+    let mut stats = TraceStats::default();
+    // Synced and persisted (the primary's consumer settles its catalog_xmin first).
+    let mut persisted = false;
+    for _ in 0..5 {
+        pc.batch_execute("INSERT INTO pgsnap_st9_t VALUES (0)")
+            .unwrap();
+        settle(&env, &mut pc, slot);
+        let v = sync_and_compare(&sb, &mut pc, &mut sc, slot, &mut stats);
+        if matches!(v, Sync::Persisted | Sync::AlreadyPersistent) {
+            persisted = true;
+            break;
+        }
+    }
+    assert!(persisted, "the copy of {slot} became sync-ready");
+    // Changes the primary's consumer has not confirmed: x1 with DDL, x2; replayed, the
+    // copy synced once more (its confirmed_flush is the primary slot's, before x1).
+    let xid = |c: &mut Client, sql: &str| -> u64 {
+        c.query_one(sql, &[])
+            .unwrap()
+            .get::<_, String>(0)
+            .parse()
+            .unwrap()
+    };
+    let x1 = xid(
+        &mut pc,
+        "WITH i AS (INSERT INTO pgsnap_st9_t VALUES (1) RETURNING 1) SELECT pg_current_xact_id()::xid::text FROM i",
+    );
+    pc.batch_execute("BEGIN; ALTER TABLE pgsnap_st9_t ADD COLUMN b2 int; INSERT INTO pgsnap_st9_t VALUES (2, 2); COMMIT")
+        .unwrap();
+    env.log_standby_snapshot(&mut pc);
+    sb.wait_replayed(&mut pc);
+    sc.batch_execute("SELECT pg_sync_replication_slots()")
+        .unwrap();
+    let copy = server_slot(&mut sc, slot);
+    let remote = server_slot(&mut pc, slot);
+    assert_eq!(
+        copy.confirmed_flush, remote.confirmed_flush,
+        "synced confirmed_flush"
+    );
+    let tli_before: i32 = sc
+        .query_one("SELECT received_tli FROM pg_stat_wal_receiver", &[])
+        .unwrap()
+        .get(0);
+    drop(pc);
+    sb.promote().unwrap_or_else(|e| panic!("{e}"));
+    wait_for("the promoted server to leave recovery", WAIT, || {
+        !sc.query_one("SELECT pg_is_in_recovery()", &[])
+            .unwrap()
+            .get::<_, bool>(0)
+    });
+    let x3 = xid(
+        &mut sc,
+        "WITH i AS (INSERT INTO pgsnap_st9_t VALUES (3, 3) RETURNING 1) SELECT pg_current_xact_id()::xid::text FROM i",
+    );
+    sc.batch_execute("CHECKPOINT").unwrap();
+    let tli_after: i32 = sc
+        .query_one("SELECT timeline_id FROM pg_control_checkpoint()", &[])
+        .unwrap()
+        .get(0);
+    assert!(tli_after > tli_before, "{tli_before} -> {tli_after}");
+    let synced_after: bool = sc
+        .query_one(
+            "SELECT synced FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .unwrap()
+        .get(0);
+    let upto = flush_lsn(&mut sc);
+    let ss = server_slot(&mut sc, slot);
+    let rows = trace_ok(&mut sc, slot);
+    stats += check_trace_against_wal(&mut sc, ss.restart_lsn, upto, &rows);
+    assert_eq!(rows[0].start_decoding_at, ss.confirmed_flush);
+    let replay = emitted_by_replay(&rows, upto);
+    let emitted = emitted_by_test_decoding(&mut sc, slot, upto);
+    assert_eq!(
+        replay,
+        emitted,
+        "test_decoding from the promoted synced slot vs the replay's verdicts:\n{}",
+        dump(&rows)
+    );
+    assert!(
+        emitted.contains(&("commit".into(), x1)) && emitted.contains(&("commit".into(), x3)),
+        "x1={x1} (before) and x3={x3} (after the promotion) decoded: {emitted:?}"
+    );
+    let changes = slot_changes(&mut sc, slot, true);
+    println!(
+        "pgsnap-counts: st9 PG{} timeline {tli_before} -> {tli_after} synced after promotion {synced_after} trace rows {} running_xacts rows matched to WAL {} agrees t/f/null {}/{}/{} pairs emitted {} ({emitted:?}) changes left {}",
+        env.major,
+        stats.rows,
+        stats.wal_records_matched,
+        stats.agrees_true,
+        stats.agrees_false,
+        stats.agrees_null,
+        emitted.len(),
+        changes.len()
+    );
+    sc.batch_execute(&format!("SELECT pg_drop_replication_slot('{slot}')"))
+        .unwrap();
+    env.connect("pgsnap-st9")
+        .batch_execute("DROP TABLE pgsnap_st9_t")
+        .unwrap();
 }

@@ -27,6 +27,9 @@ pub struct SlotCopy {
     pub candidate_restart_valid: u64,
     pub candidate_restart_lsn: u64,
     pub invalidation_reason: Option<String>,
+    /// `data.synced` (17+): a copy the standby's slot synchronization keeps of the
+    /// primary's failover slot.
+    pub synced: bool,
 }
 
 impl SlotCopy {
@@ -48,8 +51,12 @@ impl SlotCopy {
     /// A logical slot whose snapshot builder has not reached consistency yet: during
     /// pg_create_logical_replication_slot / CREATE_REPLICATION_SLOT, confirmed_flush
     /// stays invalid until DecodingContextFindStartpoint finishes.
+    ///
+    /// A synced copy is not created by a decoder: while the slot synchronization has not
+    /// advanced it yet its confirmed_flush is invalid too (slotsync.c reserves WAL and a
+    /// catalog_xmin for it, then waits for the remote slot to pass them).
     pub fn in_creation(&self) -> bool {
-        self.logical && self.confirmed_flush == 0
+        self.logical && self.confirmed_flush == 0 && !self.synced
     }
 }
 
@@ -94,6 +101,17 @@ unsafe fn invalidation(s: &pg_sys::ReplicationSlot) -> Option<String> {
 unsafe fn invalidation(s: &pg_sys::ReplicationSlot) -> Option<String> {
     // 14/15 only know one cause: required WAL removed (16+ calls it wal_removed).
     (s.data.invalidated_at != 0 && s.data.restart_lsn == 0).then(|| "wal_removed".to_owned())
+}
+
+/// `data.synced` (17+; earlier majors have no slot synchronization).
+#[cfg(not(any(feature = "pg14", feature = "pg15", feature = "pg16")))]
+fn synced(s: &pg_sys::ReplicationSlot) -> bool {
+    s.data.synced as i32 != 0
+}
+
+#[cfg(any(feature = "pg14", feature = "pg15", feature = "pg16"))]
+fn synced(_s: &pg_sys::ReplicationSlot) -> bool {
+    false
 }
 
 /// The slot's `two_phase_at` (14 calls it `initial_consistent_point`).
@@ -149,6 +167,7 @@ pub fn copy_slots() -> Vec<SlotCopy> {
                 candidate_restart_valid: s.candidate_restart_valid,
                 candidate_restart_lsn: s.candidate_restart_lsn,
                 invalidation_reason: invalidation(&s),
+                synced: synced(&s),
             });
         }
         pg_sys::LWLockRelease(slot_control_lock());

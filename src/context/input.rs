@@ -88,6 +88,10 @@ pub fn for_slot_copy(slot: SlotCopy, all_records: bool) -> ReplayInput {
         },
         params.version.major
     );
+    let label = match synced_note(&slot) {
+        Some(note) => format!("{label}; {note}"),
+        None => label,
+    };
     let label = match &slot.invalidation_reason {
         Some(reason) => format!(
             "{label}; the slot is invalidated ({reason}): the server decodes nothing from it any more, the rows are what a decoder would have done"
@@ -105,6 +109,36 @@ pub fn for_slot_copy(slot: SlotCopy, all_records: bool) -> ReplayInput {
         fast_forward: false,
         label,
     }
+}
+
+/// What a copy synced from the primary's failover slot is (17+, slotsync.c), for the
+/// `REPLAY START` row: persistent (sync-ready), or kept temporary and why. slotsync.c
+/// update_local_synced_slot leaves a new copy's confirmed_flush invalid while the remote
+/// slot's restart_lsn or catalog_xmin is behind what the standby reserved for it (it logs
+/// `could not synchronize replication slot` with both positions); once the remote has
+/// passed them it advances the copy to the remote's confirmed_flush with a fast-forward
+/// decoder (LogicalSlotAdvanceAndCheckSnapState) and persists it only when that
+/// decoder's builder was consistent there (update_and_persist_local_synced_slot).
+pub fn synced_note(slot: &SlotCopy) -> Option<String> {
+    if !slot.synced {
+        return None;
+    }
+    Some(match (slot.persistency, slot.confirmed_flush) {
+        ("persistent", _) => {
+            "a copy synced from the primary's failover slot, persistent (sync-ready)".into()
+        }
+        (_, 0) => format!(
+            "a copy synced from the primary's failover slot, kept {}: the slot synchronization has not advanced it yet: the remote slot's restart_lsn or catalog_xmin is behind what this standby reserved for it (restart_lsn {}, catalog_xmin {}; the standby then logs \"could not synchronize replication slot\" with both), or the remote confirmed_flush is past the WAL flushed here, or the synchronization's decoder is still on its way there (a temporary copy stays owned by the synchronizing process)",
+            slot.persistency,
+            Lsn(slot.restart_lsn),
+            slot.catalog_xmin
+        ),
+        (_, confirmed) => format!(
+            "a copy synced from the primary's failover slot, kept {}: the standby's fast-forward decoder, run from restart_lsn to the remote confirmed_flush {}, found no consistent snapshot there (the rows show where the builder stands; it is persisted at the first synchronization whose decoder is consistent before the remote confirmed_flush)",
+            slot.persistency,
+            Lsn(confirmed)
+        ),
+    })
 }
 
 /// Checks a WAL range the way pg_walinspect's ValidateInputLSNs does, with this

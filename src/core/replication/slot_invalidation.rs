@@ -214,15 +214,15 @@ pub fn determine_cause(conflict: &Conflict, slot: &SlotFacts) -> Judgement {
     }
 }
 
-/// The DETAIL ReportSlotInvalidation logs (18's untranslated text; 16 and 17 print
-/// `wal_level >= logical` without quotes).
+/// The DETAIL ReportSlotInvalidation logs, untranslated: 17 and later quote the setting
+/// and its value (as 17.11 and 18.6 log it; pgrx-tests st7), 16 does not.
 pub fn detail(cause: Cause, version: PgVersion, horizon: Option<TransactionId>) -> String {
     match cause {
         Cause::RowsRemoved => format!(
             "The slot conflicted with xid horizon {}.",
             horizon.unwrap_or(0)
         ),
-        Cause::WalLevelInsufficient if version.major >= 18 => {
+        Cause::WalLevelInsufficient if version.major >= 17 => {
             "Logical decoding on standby requires \"wal_level\" >= \"logical\" on the primary server.".into()
         }
         Cause::WalLevelInsufficient => {
