@@ -341,8 +341,8 @@ impl DecodingContext {
         };
         match (fed, &rec.conflict) {
             (Ok(Some(mut row)), Some(c)) => {
-                if let Some(n) = rec.head.name.as_deref() {
-                    row.record = n.to_owned().into();
+                if let Some(n) = rec.head.name {
+                    row.record = n;
                 }
                 self.judge_invalidation(c, &mut row);
                 let shown = row.interesting || self.input.all_records;
