@@ -693,8 +693,10 @@ fn replay(d: &[u8]) -> bool {
 /// every line here), then what the trace asks of the events.
 fn server_log(d: &[u8]) -> bool {
     use snapbuild_core::server_log::{
-        decoders, leading_timestamp, lines_for, message_lsn, parse_json_line, parse_start_detail,
-        writers_of, CsvParser, LogEvent, StderrParser,
+        candidate_lines_for, decoders, leading_timestamp, lines_at, lines_for, message_lsn,
+        parse_json_line, parse_start_detail, restart_candidate, same_start_logs_debug,
+        subtransaction, writers_of, xmin_candidate, Candidates, CsvParser, LineIndex, LogEvent,
+        StderrParser,
     };
     let text = String::from_utf8_lossy(d);
     let (mut stderr, mut csv) = (StderrParser::default(), CsvParser::default());
@@ -708,16 +710,21 @@ fn server_log(d: &[u8]) -> bool {
             leading_timestamp(line),
             message_lsn(line),
             parse_start_detail(line),
+            restart_candidate(line),
+            xmin_candidate(line),
+            subtransaction(line),
         );
     }
     events.extend(stderr.finish());
     let decs = decoders(&events);
+    let ix = LineIndex::new(&decs);
     for e in events.iter().take(32) {
         if let LogEvent::Builder(b) = e {
             let at = b.lsn().unwrap_or(Lsn(0));
             for creating in [false, true] {
                 let _ = lines_for(
                     &decs,
+                    Some(&ix),
                     &b.message,
                     b.detail.as_deref(),
                     Lsn(0x100),
@@ -725,6 +732,20 @@ fn server_log(d: &[u8]) -> bool {
                     creating,
                 );
             }
+            let _ = lines_at(&decs, None, at, Lsn(0x100), b.lsn(), false);
+            let _ = candidate_lines_for(
+                &decs,
+                Some(&ix),
+                Candidates {
+                    at,
+                    xmin: Some(b.at_ms as u32),
+                    restart: b.lsn(),
+                },
+                Lsn(0x100),
+                b.lsn(),
+                true,
+            );
+            let _ = same_start_logs_debug(&decs, at, None);
             let _ = writers_of(&events, at, Lsn(at.0.saturating_sub(0x28)), b.at_ms);
             let _ = writers_of(&events, at, at, i64::MAX);
         }

@@ -9,6 +9,8 @@ use std::sync::OnceLock;
 /// One server log message with the DETAIL that followed it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogEntry {
+    /// The line's `%m` timestamp as printed (`2026-12-01 19:34:50.098 UTC`).
+    pub at: String,
     pub pid: i32,
     pub level: String,
     pub message: String,
@@ -22,12 +24,18 @@ pub fn log_offset(env: &Env) -> u64 {
 fn log_line_re() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
     // default log_line_prefix '%m [%p] ': "2026-11-29 13:03:51.356 UTC [12754] LOG:  ..."
-    RE.get_or_init(|| Regex::new(r"^\S+ \S+(?: \S+)? \[(\d+)\] ([A-Z0-9]+):  (.*)$").unwrap())
+    RE.get_or_init(|| Regex::new(r"^(\S+ \S+(?: \S+)?) \[(\d+)\] ([A-Z0-9]+):  (.*)$").unwrap())
 }
 
 /// Messages logged since `offset`, with their DETAIL lines attached.
 pub fn log_entries_since(env: &Env, offset: u64) -> Vec<LogEntry> {
-    let mut f = std::fs::File::open(&env.log).unwrap();
+    log_entries_in(&env.log, offset)
+}
+
+/// Messages of the stderr-format log file `path` from `offset` on, with their DETAIL
+/// lines attached.
+pub fn log_entries_in(path: &std::path::Path, offset: u64) -> Vec<LogEntry> {
+    let mut f = std::fs::File::open(path).unwrap();
     f.seek(SeekFrom::Start(offset)).unwrap();
     let mut buf = Vec::new();
     f.read_to_end(&mut buf).unwrap();
@@ -37,9 +45,10 @@ pub fn log_entries_since(env: &Env, offset: u64) -> Vec<LogEntry> {
     let mut last_field = 2;
     for line in text.lines() {
         if let Some(m) = log_line_re().captures(line) {
-            let pid: i32 = m[1].parse().unwrap();
-            let level = m[2].to_string();
-            let body = m[3].to_string();
+            let at = m[1].to_string();
+            let pid: i32 = m[2].parse().unwrap();
+            let level = m[3].to_string();
+            let body = m[4].to_string();
             match level.as_str() {
                 "DETAIL" => {
                     if let Some(e) = out.iter_mut().rev().find(|e| e.pid == pid) {
@@ -52,6 +61,7 @@ pub fn log_entries_since(env: &Env, offset: u64) -> Vec<LogEntry> {
                 "HINT" | "CONTEXT" | "STATEMENT" | "QUERY" | "LOCATION" => last_field = 2,
                 _ => {
                     out.push(LogEntry {
+                        at,
                         pid,
                         level,
                         message: body,

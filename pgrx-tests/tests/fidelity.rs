@@ -494,3 +494,523 @@ fn f6_builder_lines_read_from_csvlog_and_jsonlog() {
         drop(log);
     }
 }
+
+/// The record LSN a builder line (LOG `logical decoding found … at L`, DEBUG1 `skipping
+/// snapshot at L`, `got new catalog xmin X at L`, `got new restart lsn R at L`, `failed to
+/// increase restart lsn: proposed R, after L, …`) is about, as the server printed it.
+fn builder_line_lsn(e: &LogEntry) -> Option<u64> {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let re = RE.get_or_init(|| {
+        regex::Regex::new(
+            r"^(?:logical decoding found (?:initial starting point|initial consistent point|consistent point) at |skipping snapshot at |got new catalog xmin \d+ at |got new restart lsn [0-9A-F]+/[0-9A-F]+ at |failed to increase restart lsn: proposed [0-9A-F]+/[0-9A-F]+, after )([0-9A-F]+/[0-9A-F]+)",
+        )
+        .unwrap()
+    });
+    let ok = match e.level.as_str() {
+        "LOG" => e.message.starts_with("logical decoding found"),
+        "DEBUG" => !e.message.starts_with("logical decoding found"),
+        _ => false,
+    };
+    ok.then(|| re.captures(&e.message).map(|m| parse_lsn(&m[1])))
+        .flatten()
+}
+
+/// f7 (issue 13): every builder line the server wrote for a traced range, LOG and DEBUG1
+/// (log_min_messages = debug1), is matched to exactly one row, labelled by pid and time,
+/// across several decoders passing the same records, and every row whose record a decoder
+/// that started as the replay did logged has `agrees = t` from that line.
+///
+/// Slot A is created while a transaction is open, slot B concurrently (both wait for it);
+/// then catalog changes (one in a subtransaction) between standby snapshots;
+/// `pg_logical_slot_get_changes(A)` three times, each in another backend, each restarted
+/// where the one before moved restart_lsn (a transaction with an xid and no record, open
+/// from after the creations on, makes the third restart restore the `.snap` file there:
+/// branch b). Replayed three times with `snapbuild_trace_range`, from each restart point
+/// with that decoder's start_decoding_at (the creation of A started where the first
+/// did). With stderr (`pg_ctl -l`), and the logging collector's csvlog
+/// (and jsonlog on 15+) beside a stderr file the test reads the server's lines from.
+#[test]
+fn f7_every_log_line_matched_to_one_row_across_decoders() {
+    let Some((_g, env, _)) = start() else {
+        return;
+    };
+    let mut formats: Vec<&str> = vec!["stderr", "csvlog"];
+    if env.major >= 15 {
+        formats.push("jsonlog");
+    }
+    for format in formats {
+        let collector = (format != "stderr").then(|| {
+            CollectorLog::start(
+                &env,
+                &mut env.connect("pgsnap-f7"),
+                &format!("stderr,{format}"),
+            )
+        });
+        let mut c = env.connect("pgsnap-f7");
+        c.batch_execute("ALTER SYSTEM SET log_min_messages = debug1")
+            .unwrap();
+        c.batch_execute("SELECT pg_reload_conf()").unwrap();
+        wait_for(
+            "log_min_messages = debug1 in new sessions",
+            std::time::Duration::from_secs(10),
+            || {
+                let v: String = env
+                    .connect("pgsnap-f7")
+                    .query_one("SHOW log_min_messages", &[])
+                    .unwrap()
+                    .get(0);
+                v == "debug1"
+            },
+        );
+        let (log_path, offset) = if collector.is_some() {
+            let p: String = c
+                .query_one("SELECT pg_current_logfile('stderr')", &[])
+                .unwrap()
+                .get(0);
+            let p = env.pgdata.join(p);
+            let len = std::fs::metadata(&p).unwrap().len();
+            (p, len)
+        } else {
+            (env.log.clone(), log_offset(&env))
+        };
+        let (a, b) = ("pgsnap_f7_a", "pgsnap_f7_b");
+        let _ga = SlotGuard::new(&env, a);
+        let _gb = SlotGuard::new(&env, b);
+        let open = OpenXact::begin(&env, "pgsnap-f7-open");
+        let ca = Creation::start(&env, a, "test_decoding");
+        let pid_a = ca.pid;
+        wait_for("A to wait", std::time::Duration::from_secs(30), || {
+            waits_for_xid(&mut c, pid_a, open.xid)
+        });
+        let cb = Creation::start(&env, b, "test_decoding");
+        let pid_b = cb.pid;
+        wait_for("B to wait", std::time::Duration::from_secs(30), || {
+            waits_for_xid(&mut c, pid_b, open.xid)
+        });
+        open.commit();
+        env.log_standby_snapshot(&mut c);
+        ca.wait(std::time::Duration::from_secs(60));
+        cb.wait(std::time::Duration::from_secs(60));
+        let slot_pos = |c: &mut Client| -> (String, String) {
+            let r = c
+                .query_one(
+                    "SELECT restart_lsn::text, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+                    &[&a],
+                )
+                .unwrap();
+            (r.get(0), r.get(1))
+        };
+        let (r0, c0) = slot_pos(&mut c);
+        // A transaction with an xid and no record yet, open from here to the end: every
+        // later RUNNING_XACTS lists it while the decoders' reorder buffers do not know
+        // it, so the first get_changes moves restart_lsn to a serialization point that is
+        // not branch a, and the second restores the `.snap` file there (branch b).
+        let holder = OpenXact::begin(&env, "pgsnap-f7-hold");
+        c.batch_execute(
+            "DROP TABLE IF EXISTS pgsnap_f7_t; \
+             BEGIN; SAVEPOINT s; CREATE TABLE pgsnap_f7_t(a int); RELEASE s; COMMIT; \
+             INSERT INTO pgsnap_f7_t VALUES (1)",
+        )
+        .unwrap();
+        env.log_standby_snapshot(&mut c);
+        c.batch_execute("INSERT INTO pgsnap_f7_t VALUES (2)")
+            .unwrap();
+        env.log_standby_snapshot(&mut c);
+        let get = |app: &str| -> (i32, i64) {
+            let mut g = env.connect(app);
+            let pid = backend_pid(&mut g);
+            let n: i64 = g
+                .query_one(
+                    "SELECT count(*) FROM pg_logical_slot_get_changes($1, NULL, NULL)",
+                    &[&a],
+                )
+                .unwrap()
+                .get(0);
+            (pid, n)
+        };
+        // g0 consumes the standby snapshots logged before the holder began.
+        let (pid_g0, _) = get("pgsnap-f7-get0");
+        let (r1, c1) = slot_pos(&mut c);
+        assert_ne!(r0, r1, "the first get_changes should move restart_lsn");
+        c.batch_execute("INSERT INTO pgsnap_f7_t VALUES (4)")
+            .unwrap();
+        env.log_standby_snapshot(&mut c);
+        let (pid_g1, _) = get("pgsnap-f7-get1");
+        let (r2, c2) = slot_pos(&mut c);
+        assert_ne!(r1, r2, "the second get_changes should move restart_lsn");
+        c.batch_execute(
+            "ALTER TABLE pgsnap_f7_t ADD COLUMN b int; INSERT INTO pgsnap_f7_t VALUES (3, 3)",
+        )
+        .unwrap();
+        env.log_standby_snapshot(&mut c);
+        let (pid_g2, _) = get("pgsnap-f7-get2");
+        holder.commit();
+        // The stderr file the server's lines are read from is written by the collector.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let entries = log_entries_in(&log_path, offset);
+        let pids = [pid_a, pid_b, pid_g0, pid_g1, pid_g2];
+        let lines: Vec<(u64, &LogEntry)> = entries
+            .iter()
+            .filter(|e| pids.contains(&e.pid))
+            .filter_map(|e| builder_line_lsn(e).map(|l| (l, e)))
+            .collect();
+        assert!(
+            lines.iter().any(|(_, e)| e.level == "DEBUG"),
+            "DEBUG1 lines expected at log_min_messages = debug1"
+        );
+        assert!(
+            lines.iter().any(|(_, e)| e.pid == pid_g2
+                && e.detail.as_deref()
+                    == Some("Logical decoding will begin using saved snapshot.")),
+            "the third get_changes should restore a .snap file"
+        );
+        let mut total = (0, 0, 0);
+        for (start, after, same) in [
+            (&r0, &c0, vec![pid_a, pid_g0]),
+            (&r1, &c1, vec![pid_g1]),
+            (&r2, &c2, vec![pid_g2]),
+        ] {
+            let rows = trace_rows(
+                json_rows(
+                    &mut c,
+                    "SELECT * FROM snapbuild_trace_range($1::text::pg_lsn, NULL, in_slot_creation => false, start_decoding_at => $2::text::pg_lsn)",
+                    &[start, after],
+                )
+                .unwrap(),
+            );
+            let first = rows.first().and_then(|r| r.lsn).unwrap();
+            let last = rows.last().and_then(|r| r.lsn).unwrap();
+            let mut fails = Vec::new();
+            let (mut matched, mut agreeing) = (0, 0);
+            for (lsn, e) in lines.iter().filter(|(l, _)| (first..=last).contains(l)) {
+                let label = format!("server log: pid {} at {}", e.pid, e.at);
+                let debug_label = format!("{label} (DEBUG \"{}\")", e.message);
+                let holders: Vec<&TraceRow> = rows
+                    .iter()
+                    .filter(|r| r.lsn == Some(*lsn))
+                    .filter(|r| {
+                        let src = js(&r.raw, "server_source").unwrap_or_default();
+                        let dis = r.disagreement.clone().unwrap_or_default();
+                        if e.level == "DEBUG" && !e.message.starts_with("skipping") {
+                            src.contains(&debug_label)
+                        } else {
+                            src.contains(&label) || dis.contains(&label)
+                        }
+                    })
+                    .collect();
+                if holders.len() != 1 {
+                    fails.push(format!(
+                        "{} [{}] {} {:?}: matched to {} rows",
+                        e.at,
+                        e.pid,
+                        e.message,
+                        e.detail,
+                        holders.len()
+                    ));
+                    continue;
+                }
+                matched += 1;
+                if same.contains(&e.pid) {
+                    if holders[0].agrees == Some(true) {
+                        agreeing += 1;
+                    } else {
+                        fails.push(format!(
+                            "{} [{}] {}: the row of a decoder that started as the replay did has agrees = {:?} ({:?})",
+                            e.at, e.pid, e.message, holders[0].agrees, holders[0].disagreement
+                        ));
+                    }
+                }
+            }
+            let in_range = lines
+                .iter()
+                .filter(|(l, _)| (first..=last).contains(l))
+                .count();
+            println!(
+                "pgsnap-counts: f7 PG{} {format} from {start}: {in_range} server lines in range ({} DEBUG), {matched} matched to one row, {agreeing} rows agreeing from a same-start decoder's line",
+                env.major,
+                lines
+                    .iter()
+                    .filter(|(l, e)| (first..=last).contains(l) && e.level == "DEBUG")
+                    .count()
+            );
+            total = (total.0 + in_range, total.1 + matched, total.2 + agreeing);
+            assert!(
+                fails.is_empty(),
+                "PG{} {format}, replay from {start}:\n{}\nserver lines:\n{}\nrows:\n{}",
+                env.major,
+                fails.join("\n"),
+                lines
+                    .iter()
+                    .map(|(l, e)| format!(
+                        "  {} {} [{}] {}: {} / {:?}\n",
+                        fmt_lsn(*l),
+                        e.at,
+                        e.pid,
+                        e.level,
+                        e.message,
+                        e.detail
+                    ))
+                    .collect::<String>(),
+                dump_with_sources(&rows)
+            );
+        }
+        assert!(total.2 > 0, "some rows should agree from a same-start line");
+        c.batch_execute("ALTER SYSTEM RESET log_min_messages")
+            .unwrap();
+        c.batch_execute("SELECT pg_reload_conf()").unwrap();
+        c.batch_execute("DROP TABLE IF EXISTS pgsnap_f7_t").unwrap();
+        drop(c);
+        drop(collector);
+    }
+}
+
+fn dump_with_sources(rows: &[TraceRow]) -> String {
+    rows.iter()
+        .map(|r| {
+            format!(
+                "  {} {} {:?} {:?} agrees={:?} src={:?} dis={:?}\n",
+                r.lsn.map(fmt_lsn).unwrap_or_default(),
+                r.record,
+                r.branch,
+                r.message,
+                r.agrees,
+                js(&r.raw, "server_source"),
+                r.disagreement
+            )
+        })
+        .collect()
+}
+
+/// Short transactions committing in autocommit from `n` sessions, and a standby snapshot
+/// every 100 ms, until dropped.
+struct Load {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(env: &Env, n: usize) -> Load {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut threads = Vec::new();
+        for i in 0..=n {
+            let (env, stop) = (env.clone(), stop.clone());
+            threads.push(std::thread::spawn(move || {
+                let mut c = env.connect("pgsnap-f8-load");
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if i == n {
+                        env.log_standby_snapshot(&mut c);
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                    } else if c
+                        .batch_execute("INSERT INTO pgsnap_f8_t VALUES (1)")
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }));
+        }
+        Load { stop, threads }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Creates slots `pgsnap_f8_N` under [`Load`] until `found(pid, slot)` says yes (at most
+/// 40); the slots it says no to are dropped. Returns the creating pid and the slot.
+fn create_until(
+    env: &Env,
+    mut found: impl FnMut(i32, &str) -> bool,
+) -> Option<(i32, String, SlotGuard)> {
+    for i in 0..40 {
+        let slot = format!("pgsnap_f8_{i}");
+        let guard = SlotGuard::new(env, &slot);
+        let (pid, _) = create_slot(env, &slot);
+        if found(pid, &slot) {
+            return Some((pid, slot, guard));
+        }
+        drop(guard);
+    }
+    None
+}
+
+/// f8 (issue 13): the DEBUG1 pre-filter skip, forced. A slot's creation skips a
+/// RUNNING_XACTS when a transaction it lists ends before the creating backend computes
+/// its xmin horizon (between them it flushes that record: with fsync = on and clients
+/// committing short transactions it happens often). At log_min_messages = debug1 the
+/// replay of the creation (`snapbuild_trace_range` from the slot's restart_lsn with its
+/// catalog_xmin as initial_xmin_horizon, in creation mode) has a skip row with the
+/// server's message and DETAIL, `agrees = t` from the creating backend's DEBUG line, and
+/// every builder line of that backend (LOG and DEBUG1) is named by exactly one row; at
+/// log_min_messages = warning a creation's skip row stays `agrees` NULL, saying
+/// `log_min_messages above debug1`.
+#[test]
+fn f8_xmin_horizon_skip_from_the_debug1_line() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    c.batch_execute("DROP TABLE IF EXISTS pgsnap_f8_t; CREATE TABLE pgsnap_f8_t(a int)")
+        .unwrap();
+    // Another slot's catalog_xmin would hold every horizon back: none may exist.
+    let others: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pg_replication_slots WHERE catalog_xmin IS NOT NULL",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(others, 0, "no other logical slot may exist for this test");
+    for set in [
+        "ALTER SYSTEM SET fsync = on",
+        "ALTER SYSTEM SET log_min_messages = debug1",
+        "SELECT pg_reload_conf()",
+    ] {
+        c.batch_execute(set).unwrap();
+    }
+    struct Reset<'e>(&'e Env);
+    impl Drop for Reset<'_> {
+        fn drop(&mut self) {
+            let mut c = self.0.connect("pgsnap-f8");
+            let _ = c.batch_execute("ALTER SYSTEM RESET fsync");
+            let _ = c.batch_execute("ALTER SYSTEM RESET log_min_messages");
+            let _ = c.batch_execute("SELECT pg_reload_conf()");
+            let _ = c.batch_execute("DROP TABLE IF EXISTS pgsnap_f8_t");
+        }
+    }
+    let _reset = Reset(&env);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let replay = |c: &mut Client, slot: &str| -> Vec<TraceRow> {
+        trace_rows(
+            json_rows(
+                c,
+                "SELECT t.* FROM pg_replication_slots s, snapbuild_trace_range(s.restart_lsn, s.confirmed_flush_lsn, s.catalog_xmin, in_slot_creation => true) t WHERE s.slot_name = $1",
+                &[&slot],
+            )
+            .unwrap(),
+        )
+    };
+
+    // At debug1: the server's own skip line.
+    let offset = log_offset(&env);
+    let load = Load::start(&env, 6);
+    let skipped = |pid: i32, _: &str| {
+        log_entries_since(&env, offset)
+            .iter()
+            .any(|e| e.pid == pid && e.message.starts_with("skipping snapshot at"))
+    };
+    let found = create_until(&env, skipped);
+    drop(load);
+    let (pid, slot, _guard) = found.expect("no creation skipped a snapshot in 40 tries");
+    let entries = log_entries_since(&env, offset);
+    let lines: Vec<(u64, &LogEntry)> = entries
+        .iter()
+        .filter(|e| e.pid == pid)
+        .filter_map(|e| builder_line_lsn(e).map(|l| (l, e)))
+        .collect();
+    let rows = replay(&mut c, &slot);
+    let mut fails = Vec::new();
+    let mut skips = 0;
+    for (lsn, e) in &lines {
+        let label = format!("server log: pid {} at {}", e.pid, e.at);
+        let debug_label = format!("{label} (DEBUG \"{}\")", e.message);
+        let holders: Vec<&TraceRow> = rows
+            .iter()
+            .filter(|r| r.lsn == Some(*lsn))
+            .filter(|r| {
+                let src = js(&r.raw, "server_source").unwrap_or_default();
+                if e.level == "DEBUG" && !e.message.starts_with("skipping") {
+                    src.contains(&debug_label)
+                } else {
+                    src.contains(&label)
+                }
+            })
+            .collect();
+        match holders.as_slice() {
+            [r] if r.agrees == Some(true) => {
+                if e.message.starts_with("skipping") {
+                    skips += 1;
+                    if r.branch.as_deref() != Some("xmin horizon too low")
+                        || r.message.as_deref() != Some(e.message.as_str())
+                        || r.detail != e.detail
+                    {
+                        fails.push(format!("the skip row differs from {e:?}"));
+                    }
+                }
+            }
+            _ => fails.push(format!(
+                "{} [{}] {} {:?}: {} rows, agrees {:?}",
+                e.at,
+                e.pid,
+                e.message,
+                e.detail,
+                holders.len(),
+                holders.iter().map(|r| r.agrees).collect::<Vec<_>>()
+            )),
+        }
+    }
+    println!(
+        "pgsnap-counts: f8 PG{}: creation pid {pid} ({slot}): {} builder lines ({} DEBUG), {skips} skip(s), all matched and agreeing: {}",
+        env.major,
+        lines.len(),
+        lines.iter().filter(|(_, e)| e.level == "DEBUG").count(),
+        fails.is_empty()
+    );
+    assert!(
+        fails.is_empty() && skips > 0,
+        "PG{}:\n{}\nserver lines:\n{}\nrows:\n{}",
+        env.major,
+        fails.join("\n"),
+        lines
+            .iter()
+            .map(|(l, e)| format!(
+                "  {} {} {}: {} / {:?}\n",
+                fmt_lsn(*l),
+                e.at,
+                e.level,
+                e.message,
+                e.detail
+            ))
+            .collect::<String>(),
+        dump_with_sources(&rows)
+    );
+    drop(_guard);
+
+    // Above debug1: a skip the replay finds is undecided, with the reason.
+    c.batch_execute("ALTER SYSTEM SET log_min_messages = warning")
+        .unwrap();
+    c.batch_execute("SELECT pg_reload_conf()").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let load = Load::start(&env, 6);
+    let mut skip_row = None;
+    let found = create_until(&env, |_, slot| {
+        let mut c = env.connect("pgsnap-f8");
+        skip_row = replay(&mut c, slot)
+            .into_iter()
+            .find(|r| r.branch.as_deref() == Some("xmin horizon too low"));
+        skip_row.is_some()
+    });
+    drop(load);
+    assert!(
+        found.is_some(),
+        "no creation's replay skipped a snapshot in 40 tries"
+    );
+    let r = skip_row.unwrap();
+    println!(
+        "pgsnap-counts: f8 PG{} at warning: skip row agrees {:?}, {:?}",
+        env.major, r.agrees, r.disagreement
+    );
+    assert_eq!(r.agrees, None);
+    assert!(
+        r.disagreement
+            .as_deref()
+            .is_some_and(|d| d.contains("log_min_messages above debug1 (warning)")),
+        "{:?}",
+        r.disagreement
+    );
+}

@@ -78,6 +78,7 @@ pub fn server_facts(
         other_writers,
         log_writers,
         log_lines: writers.log_lines_for(row),
+        debug_lines: writers.debug_lines_for(row),
     }
 }
 

@@ -4,10 +4,11 @@
 //! the replay's own file differs only there, these replays say whether a decoder that
 //! restarted at one of the `.snap` files still on disk writes exactly the server's file.
 
-use snapbuild_core::compare::{writes_same_file, LogLines, LogWriters, LoggedWriter};
+use snapbuild_core::compare::{writes_same_file, DebugLines, LogLines, LogWriters, LoggedWriter};
 use snapbuild_core::server_log::{
-    decoders, lines_for, message_lsn, writers_of, InvalidationLine, LogEvent, LoggedDecoder,
-    Writers,
+    candidate_lines_for, decoders, lines_at, lines_for, message_lsn, same_start_logs_debug,
+    writers_of, Candidates, InvalidationLine, LineIndex, LogEvent, LoggedDecoder, Writers,
+    SKIPPING,
 };
 use snapbuild_core::{BuilderParams, Lsn, SnapBuildOnDisk, TraceRow};
 
@@ -67,8 +68,9 @@ pub struct OtherWriters {
     /// Replays of decoders the log names, by (restart point, start_decoding_at,
     /// two_phase_at, fast_forward); `None` where one could not be started.
     logged: Vec<((Lsn, Lsn, Lsn, bool), Option<Shadow>)>,
-    /// The log's decoders with their builder lines (from `log`, once).
-    decoders: Option<Vec<LoggedDecoder>>,
+    /// The log's decoders with their builder lines (from `log`, once), and their lines
+    /// by record.
+    decoders: Option<(Vec<LoggedDecoder>, LineIndex)>,
     /// The LSN the replay's first builder message names (once one was seen).
     first_message_lsn: Option<Option<Lsn>>,
 }
@@ -125,29 +127,112 @@ impl OtherWriters {
         let Some(msg) = row
             .message
             .as_deref()
-            .filter(|m| m.starts_with("logical decoding found "))
+            .filter(|m| m.starts_with("logical decoding found ") || m.starts_with(SKIPPING))
         else {
-            return LogLines::NotAsked;
+            // A RUNNING_XACTS the replay passes silently: the lines decoders logged there.
+            if row.running_xids.is_none() {
+                return LogLines::NotAsked;
+            }
+            let (start, first, creation) = (
+                self.main_start,
+                self.first_message_lsn.flatten(),
+                self.template.in_slot_creation,
+            );
+            return match self.logged_decoders() {
+                Ok((ds, ix)) => {
+                    LogLines::Lines(lines_at(ds, Some(ix), row.lsn, start, first, creation))
+                }
+                Err(why) => LogLines::Unreadable(why),
+            };
         };
-        if self.first_message_lsn.is_none() {
+        // Decoders are told apart by their first LOG line (the DEBUG1 skip is not one).
+        if self.first_message_lsn.is_none() && !msg.starts_with(SKIPPING) {
             self.first_message_lsn = Some(message_lsn(msg));
         }
-        if self.decoders.is_none() {
-            let ds = match self.events() {
-                Ok(events) => decoders(events),
-                Err(why) => return LogLines::Unreadable(why.clone()),
-            };
-            self.decoders = Some(ds);
-        }
-        let ds = self.decoders.as_deref().unwrap_or_default();
-        LogLines::Lines(lines_for(
-            ds,
-            msg,
-            row.detail.as_deref(),
+        let (start, first, creation) = (
             self.main_start,
             self.first_message_lsn.flatten(),
             self.template.in_slot_creation,
+        );
+        let (ds, ix) = match self.logged_decoders() {
+            Ok(d) => d,
+            Err(why) => return LogLines::Unreadable(why),
+        };
+        LogLines::Lines(lines_for(
+            ds,
+            Some(ix),
+            msg,
+            row.detail.as_deref(),
+            start,
+            first,
+            creation,
         ))
+    }
+
+    /// The log's decoders with their builder lines and their index (read once per
+    /// trace).
+    fn logged_decoders(&mut self) -> Result<(&[LoggedDecoder], &LineIndex), String> {
+        if self.decoders.is_none() {
+            let ds = match self.events() {
+                Ok(events) => decoders(events),
+                Err(why) => return Err(why.clone()),
+            };
+            let ix = LineIndex::new(&ds);
+            self.decoders = Some((ds, ix));
+        }
+        match &self.decoders {
+            Some((ds, ix)) => Ok((ds, ix)),
+            None => Err("the server log's decoders could not be read".into()),
+        }
+    }
+
+    /// What the server log says at DEBUG1 about `row`: the slot-candidate lines decoders
+    /// logged for its record (RUNNING_XACTS rows with a candidate,
+    /// `snapbuild_core::server_log::candidate_lines_for`), whether a decoder that started
+    /// as this replay did logged at DEBUG1, and the server's `log_min_messages` when above
+    /// debug1. `NotAsked` for other rows, and when the log cannot be read.
+    pub fn debug_lines_for(&mut self, row: &TraceRow) -> DebugLines {
+        let skip = row
+            .message
+            .as_deref()
+            .is_some_and(|m| m.starts_with(SKIPPING));
+        // Every RUNNING_XACTS: a candidate line where the replay proposes none differs.
+        let at = match (row.candidate_xmin, row.candidate_restart) {
+            (Some((at, _)), _) | (None, Some((at, _))) => Some(at),
+            (None, None) => row.running_xids.is_some().then_some(row.lsn),
+        };
+        if !skip && at.is_none() {
+            return DebugLines::NotAsked;
+        }
+        let level_above_debug1 = log_min_messages_above_debug1();
+        let (start, first, creation) = (
+            self.main_start,
+            self.first_message_lsn.flatten(),
+            self.template.in_slot_creation,
+        );
+        let Ok((ds, ix)) = self.logged_decoders() else {
+            return DebugLines::NotAsked;
+        };
+        let candidates = match at {
+            Some(at) => candidate_lines_for(
+                ds,
+                Some(ix),
+                Candidates {
+                    at,
+                    xmin: row.candidate_xmin.map(|(_, x)| x),
+                    restart: row.candidate_restart.map(|(_, r)| r),
+                },
+                start,
+                first,
+                creation,
+            ),
+            None => Vec::new(),
+        };
+        DebugLines::Lines {
+            candidates,
+            same_start_logs_debug: same_start_logs_debug(ds, start, first),
+            level_above_debug1,
+        }
     }
 
     /// What the server log says about the writer of `server` (the file at `row`'s LSN,
@@ -302,4 +387,19 @@ impl OtherWriters {
             None => self.open_next(before, server),
         }
     }
+}
+
+/// The server's `log_min_messages` when above debug1 (`warning`, …), `None` at debug1 or
+/// below (or when it cannot be read).
+fn log_min_messages_above_debug1() -> Option<String> {
+    // SAFETY: GetConfigOption returns a pointer into the GUC's own string (or NULL with
+    // missing_ok), valid until the setting changes; it is copied at once.
+    let level = unsafe {
+        let p = pgrx::pg_sys::GetConfigOption(c"log_min_messages".as_ptr(), true, false);
+        if p.is_null() {
+            return None;
+        }
+        std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+    };
+    (!level.starts_with("debug")).then_some(level)
 }

@@ -236,8 +236,31 @@ pub struct ServerFacts {
     /// plainly equal to the server's.
     pub log_writers: LogWriters,
     /// The server log's builder lines for the row's record (rows with a builder LOG
-    /// message).
+    /// message, or the DEBUG1 pre-filter skip).
     pub log_lines: LogLines,
+    /// The server log's DEBUG1 lines for the row's record (slot candidates) and whether
+    /// the server logs DEBUG1 at all.
+    pub debug_lines: DebugLines,
+}
+
+/// What the server log says at DEBUG1 about a row's record.
+#[derive(Clone, Debug, Default)]
+pub enum DebugLines {
+    /// Not looked at (no DEBUG1 question on the row, or the log could not be read: then
+    /// [`LogLines::Unreadable`] says why).
+    #[default]
+    NotAsked,
+    /// What the log holds for the row.
+    Lines {
+        /// The slot-candidate lines decoders logged for the row's record
+        /// (`server_log::candidate_lines_for`).
+        candidates: Vec<crate::server_log::LogLineMatch>,
+        /// A decoder that started as the replay did logged at DEBUG1.
+        same_start_logs_debug: bool,
+        /// The server's `log_min_messages` when it is above debug1 (`warning`, …): its
+        /// decoders log no DEBUG1 line.
+        level_above_debug1: Option<String>,
+    },
 }
 
 /// What the server log says about a row's builder message.
@@ -394,7 +417,131 @@ pub fn state_name(raw: i32) -> String {
 /// - Anything else: no verdict (all NULL).
 pub fn judge_row(row: &TraceRow, facts: &ServerFacts) -> Verdict {
     let v = judge_row_without_log_lines(row, facts);
-    with_log_lines(row, v, &facts.log_lines)
+    let v = with_log_lines(row, v, &facts.log_lines);
+    with_debug_lines(row, v, facts)
+}
+
+/// `server log: pid P at T`.
+fn log_who(m: &crate::server_log::LogLineMatch) -> String {
+    format!(
+        "server log: pid {} at {}",
+        m.line.pid.map_or("?".to_string(), |p| p.to_string()),
+        crate::server_log::format_ms(m.line.at_ms)
+    )
+}
+
+/// Appends `text` to the row's disagreement.
+fn add_disagreement(v: &mut Verdict, text: String) {
+    v.disagreement = Some(match v.disagreement.take() {
+        Some(d) => format!("{d}; {text}"),
+        None => text,
+    });
+}
+
+/// Adds what the server log says at DEBUG1 about the row.
+///
+/// - The pre-filter skip (`skipping snapshot at …`, DEBUG1): judged by
+///   [`with_log_lines`] as the LOG lines are; where no decoder that started as the replay
+///   did logged a line for the record, `agrees` stays NULL and `disagreement` says why
+///   (`log_min_messages above debug1`, or no such decoder logged at DEBUG1, or it logged
+///   nothing there) — never a difference.
+/// - The slot candidates of a RUNNING_XACTS row: each candidate line a decoder logged for
+///   the record is named in `server_source` (`server log: pid P at T (DEBUG "…")`); a line
+///   of a decoder that started as the replay did naming another value (or a proposal where
+///   the replay makes none) is `agrees = false`; lines naming the replay's values make a
+///   row with no other verdict `true`, and leave any other verdict as it is (an undecided
+///   row stays undecided).
+fn with_debug_lines(row: &TraceRow, mut v: Verdict, facts: &ServerFacts) -> Verdict {
+    let is_skip = row
+        .message
+        .as_deref()
+        .is_some_and(|m| m.starts_with(crate::server_log::SKIPPING));
+    if is_skip && v.agrees.is_none() {
+        let judged_elsewhere = v
+            .disagreement
+            .as_deref()
+            .is_some_and(|d| d.contains("the server's decoder that started where the replay does"));
+        let why = match (&facts.log_lines, &facts.debug_lines) {
+            _ if judged_elsewhere => None,
+            (LogLines::Unreadable(why), _) => {
+                Some(format!("undecided: the server log is not read ({why})"))
+            }
+            (
+                _,
+                DebugLines::Lines {
+                    level_above_debug1: Some(level),
+                    same_start_logs_debug: false,
+                    ..
+                },
+            ) => Some(format!(
+                "undecided: log_min_messages above debug1 ({level}): the server does not log this DEBUG1 line"
+            )),
+            (
+                _,
+                DebugLines::Lines {
+                    same_start_logs_debug: false,
+                    ..
+                },
+            ) => Some(
+                "undecided: no decoder that started as the replay did logged at DEBUG1".into(),
+            ),
+            (_, DebugLines::Lines { .. }) => Some(
+                "undecided: the server's decoder that started as the replay did logged no line for this record"
+                    .into(),
+            ),
+            (_, DebugLines::NotAsked) => None,
+        };
+        if let Some(why) = why {
+            add_disagreement(&mut v, why);
+        }
+    }
+    let DebugLines::Lines { candidates, .. } = &facts.debug_lines else {
+        return v;
+    };
+    if candidates.is_empty() {
+        return v;
+    }
+    let named: Vec<String> = candidates
+        .iter()
+        .take(6)
+        .map(|m| {
+            format!(
+                "{}{} (DEBUG \"{}\")",
+                if m.same_start { "" } else { "elsewhere: " },
+                log_who(m),
+                m.line.message
+            )
+        })
+        .chain((candidates.len() > 6).then(|| format!("{} more DEBUG lines", candidates.len() - 6)))
+        .collect();
+    let mut sources: Vec<String> = v.server_source.take().into_iter().collect();
+    sources.extend(named);
+    v.server_source = Some(sources.join("; "));
+    let same: Vec<_> = candidates.iter().filter(|m| m.same_start).collect();
+    if let Some(m) = same.iter().find(|m| !m.equal && m.may_refute) {
+        let proposes = |what: &str, x: Option<String>| {
+            x.map_or(format!("no {what}"), |x| format!("{what} {x}"))
+        };
+        add_disagreement(
+            &mut v,
+            format!(
+                "the server's decoder that started as the replay did logged \"{}\" here ({}), the replay proposes {} and {}",
+                m.line.message,
+                log_who(m),
+                proposes("catalog xmin", row.candidate_xmin.map(|(_, x)| x.to_string())),
+                proposes("restart lsn", row.candidate_restart.map(|(_, r)| r.to_string())),
+            ),
+        );
+        v.agrees = Some(false);
+    } else if same.iter().any(|m| m.equal)
+        && v.agrees.is_none()
+        && v.disagreement.is_none()
+        && row.serialized.is_none()
+        && row.restored_from.is_none()
+    {
+        v.agrees = Some(true);
+    }
+    v
 }
 
 /// The state a builder LOG message reports.
@@ -414,9 +561,15 @@ fn state_of_message(message: &str) -> Option<&'static str> {
 /// as the replay did logged the same message and detail for this record (true), or
 /// another one (false); lines of decoders that started elsewhere are named, not judged.
 fn with_log_lines(row: &TraceRow, mut v: Verdict, lines: &LogLines) -> Verdict {
-    let (Some(message), LogLines::Lines(lines)) = (&row.message, lines) else {
+    let LogLines::Lines(lines) = lines else {
         return v;
     };
+    if lines.is_empty() {
+        return v;
+    }
+    // A row without a builder message (a RUNNING_XACTS the replay passes silently) is
+    // asked only about other decoders' lines there: none equals it.
+    let message = row.message.as_deref().unwrap_or("nothing");
     let who = |m: &crate::server_log::LogLineMatch| {
         format!(
             "server log: pid {} at {}",
@@ -734,6 +887,7 @@ mod tests {
             other_writers: Vec::new(),
             log_writers: LogWriters::NotAsked,
             log_lines: LogLines::NotAsked,
+            debug_lines: DebugLines::NotAsked,
         }
     }
 
@@ -948,6 +1102,88 @@ mod tests {
             .starts_with("undecided: writer-dependent xmax"));
     }
 
+    /// DEBUG1: a pre-filter skip row is undecided (never false) when the server logs above
+    /// debug1; slot-candidate lines of a decoder that started as the replay did judge a
+    /// row that has no other verdict, refute any row when they name other values, and are
+    /// only named when they come from decoders that started elsewhere.
+    #[test]
+    fn debug1_lines_judge_skips_and_candidates() {
+        use crate::server_log::{BuilderLine, LineLevel, LogLineMatch};
+        let line = |msg: &str, same_start: bool, equal: bool| LogLineMatch {
+            line: BuilderLine {
+                at_ms: 1_796_153_690_098,
+                pid: Some(17085),
+                level: LineLevel::Debug1,
+                message: msg.into(),
+                detail: None,
+                statement: None,
+            },
+            same_start,
+            equal,
+            may_refute: same_start,
+        };
+        let mut row = serialize_row();
+        row.serialized = None;
+        row.message = Some(
+            "skipping snapshot at 0/64 while building logical decoding snapshot, xmin horizon too low"
+                .into(),
+        );
+        let mut f = facts(FileFact::Absent);
+        f.log_lines = LogLines::Lines(Vec::new());
+        f.debug_lines = DebugLines::Lines {
+            candidates: Vec::new(),
+            same_start_logs_debug: false,
+            level_above_debug1: Some("warning".into()),
+        };
+        let v = judge_row(&row, &f);
+        assert_eq!(v.agrees, None);
+        assert!(v
+            .disagreement
+            .unwrap()
+            .starts_with("undecided: log_min_messages above debug1 (warning)"));
+
+        // A RUNNING_XACTS row without another verdict, candidates at 0/1718440.
+        let mut row = serialize_row();
+        row.serialized = None;
+        row.candidate_xmin = Some((Lsn(0x1718440), 757));
+        row.candidate_restart = Some((Lsn(0x1718440), Lsn(0x1718440)));
+        let xmin = "got new catalog xmin 757 at 0/1718440";
+        f.log_lines = LogLines::NotAsked;
+        let with = |c: Vec<LogLineMatch>| DebugLines::Lines {
+            candidates: c,
+            same_start_logs_debug: true,
+            level_above_debug1: None,
+        };
+        f.debug_lines = with(vec![line(xmin, true, true)]);
+        let v = judge_row(&row, &f);
+        assert_eq!(v.agrees, Some(true));
+        assert_eq!(
+            v.server_source.as_deref(),
+            Some("server log: pid 17085 at 2026-12-01 19:34:50.098 UTC (DEBUG \"got new catalog xmin 757 at 0/1718440\")")
+        );
+        f.debug_lines = with(vec![line(xmin, true, false)]);
+        let v = judge_row(&row, &f);
+        assert_eq!(v.agrees, Some(false));
+        assert!(v
+            .disagreement
+            .unwrap()
+            .contains("the replay proposes catalog xmin 757"));
+        f.debug_lines = with(vec![line(xmin, false, false)]);
+        let v = judge_row(&row, &f);
+        assert_eq!(v.agrees, None);
+        assert!(v
+            .server_source
+            .unwrap()
+            .starts_with("elsewhere: server log: pid 17085"));
+        // An undecided row stays undecided when the candidates agree.
+        f.debug_lines = with(vec![line(xmin, true, true)]);
+        let row_b = TraceRow {
+            restored_from: Some(Lsn(0x64)),
+            ..row.clone()
+        };
+        assert_eq!(judge_row(&row_b, &f).agrees, None);
+    }
+
     /// A builder message is judged by the line a decoder that started as the replay did
     /// logged for the same record; other decoders' lines do not judge it.
     #[test]
@@ -961,6 +1197,7 @@ mod tests {
             line: BuilderLine {
                 at_ms: 1_796_131_110_089,
                 pid: Some(42),
+                level: crate::server_log::LineLevel::Log,
                 message: msg.into(),
                 detail: None,
                 statement: None,

@@ -34,13 +34,21 @@ pub enum LogEvent {
         restart: Lsn,
         kind: DecoderKind,
     },
-    /// A LOG line of the snapshot builder (`logical decoding found …`), with its DETAIL and
-    /// the statement of the session that logged it.
+    /// A LOG line of the snapshot builder (`logical decoding found …`), or one of its
+    /// DEBUG1 lines ([`DEBUG_PREFIXES`]), with its DETAIL and the statement of the session
+    /// that logged it (DEBUG lines carry none at the default log_min_error_statement).
     Builder(BuilderLine),
     /// slot.c ReportSlotInvalidation's `invalidating obsolete replication slot "S"`, with
     /// its DETAIL and, on a standby's startup process, the CONTEXT naming the record being
     /// redone (`WAL redo at X/Y for RMGR/TYPE: …`).
     SlotInvalidated(InvalidationLine),
+    /// A decoder creating a slot begins (logical.c DecodingContextFindStartpoint, DEBUG1:
+    /// `searching for logical decoding starting point, starting at R`).
+    CreationStart {
+        at_ms: i64,
+        pid: Option<i32>,
+        restart: Lsn,
+    },
 }
 
 /// A slot invalidation as the server logged it.
@@ -72,22 +80,121 @@ const REDO_AT: &str = "WAL redo at ";
 /// ReportSlotInvalidation's message (the slot is not in use by a process).
 const INVALIDATING: &str = "invalidating obsolete replication slot \"";
 
-/// A snapshot builder's LOG line as the server wrote it.
+/// A snapshot builder's line as the server wrote it: a LOG line (`logical decoding found
+/// …`) or one of the DEBUG1 lines of [`DEBUG_PREFIXES`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BuilderLine {
     pub at_ms: i64,
     pub pid: Option<i32>,
+    /// The severity the line was logged at.
+    pub level: LineLevel,
     pub message: String,
     pub detail: Option<String>,
     pub statement: Option<String>,
 }
 
 impl BuilderLine {
-    /// The LSN the message ends with (`… at X/Y`).
+    /// The LSN of the record the line is about: `… at X/Y` of the LOG lines, of
+    /// `skipping snapshot at`, of `got new catalog xmin` and `got new restart lsn`, the
+    /// `after` of `failed to increase restart lsn` (`None` for `found subtransaction`,
+    /// which names transactions, not a record).
     pub fn lsn(&self) -> Option<Lsn> {
-        message_lsn(&self.message)
+        match debug_kind(&self.message) {
+            Some(DebugKind::RestartCandidate) => restart_candidate(&self.message).map(|(_, at)| at),
+            Some(DebugKind::Subtransaction) => None,
+            _ => message_lsn(&self.message),
+        }
     }
 }
+
+/// The severity of a builder line. The server prints every DEBUG level as `DEBUG` (stderr,
+/// csvlog and jsonlog alike); the lines read here are all DEBUG1 in snapbuild.c and
+/// logical.c.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineLevel {
+    Log,
+    Debug1,
+}
+
+/// The DEBUG1 lines of the snapshot builder and of the slot's candidates read from the log
+/// (the same texts in 14-18; `got new catalog xmin` is printed from 15 on):
+/// snapbuild.c SnapBuildFindSnapshot's xmin-horizon pre-filter (with a DETAIL naming both
+/// xids), SnapBuildCommitTxn's catalog-changing subtransactions, logical.c
+/// LogicalIncreaseRestartDecodingForSlot's accepted and refused restart candidates and
+/// LogicalIncreaseXminForSlot's accepted catalog xmin candidate.
+pub const DEBUG_PREFIXES: [&str; 5] = [
+    SKIPPING,
+    "found subtransaction ",
+    "got new restart lsn ",
+    "failed to increase restart lsn: proposed ",
+    "got new catalog xmin ",
+];
+
+/// snapbuild.c SnapBuildFindSnapshot's DEBUG1 pre-filter message.
+pub const SKIPPING: &str = "skipping snapshot at ";
+
+/// What a DEBUG1 builder line is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DebugKind {
+    /// `skipping snapshot at L while building logical decoding snapshot, xmin horizon too
+    /// low`: a builder verdict on the RUNNING_XACTS at L, as the LOG lines are.
+    Skip,
+    /// `found subtransaction X:S with catalog changes`.
+    Subtransaction,
+    /// `got new restart lsn R at L` / `failed to increase restart lsn: proposed R, after L,
+    /// …`: the restart candidate (R) proposed at the RUNNING_XACTS at L.
+    RestartCandidate,
+    /// `got new catalog xmin X at L`: the catalog xmin candidate proposed at L.
+    XminCandidate,
+}
+
+/// The kind of a DEBUG1 builder message (`None`: not one of [`DEBUG_PREFIXES`]).
+pub fn debug_kind(message: &str) -> Option<DebugKind> {
+    if message.starts_with(SKIPPING) {
+        Some(DebugKind::Skip)
+    } else if message.starts_with(DEBUG_PREFIXES[1]) {
+        Some(DebugKind::Subtransaction)
+    } else if message.starts_with(DEBUG_PREFIXES[2]) || message.starts_with(DEBUG_PREFIXES[3]) {
+        Some(DebugKind::RestartCandidate)
+    } else if message.starts_with(DEBUG_PREFIXES[4]) {
+        Some(DebugKind::XminCandidate)
+    } else {
+        None
+    }
+}
+
+/// `(R, L)` of a restart candidate line: `got new restart lsn R at L` or `failed to
+/// increase restart lsn: proposed R, after L, …`.
+pub fn restart_candidate(message: &str) -> Option<(Lsn, Lsn)> {
+    if let Some(rest) = message.strip_prefix(DEBUG_PREFIXES[2]) {
+        let (r, rest) = leading_lsn(rest)?;
+        let (l, _) = leading_lsn(rest.strip_prefix(" at ")?)?;
+        return Some((r, l));
+    }
+    let rest = message.strip_prefix(DEBUG_PREFIXES[3])?;
+    let (r, rest) = leading_lsn(rest)?;
+    let (l, _) = leading_lsn(rest.strip_prefix(", after ")?)?;
+    Some((r, l))
+}
+
+/// `(X, L)` of `got new catalog xmin X at L`.
+pub fn xmin_candidate(message: &str) -> Option<(u32, Lsn)> {
+    let rest = message.strip_prefix(DEBUG_PREFIXES[4])?;
+    let (x, rest) = rest.split_once(" at ")?;
+    Some((x.parse().ok()?, leading_lsn(rest)?.0))
+}
+
+/// `(X, S)` of `found subtransaction X:S with catalog changes`.
+pub fn subtransaction(message: &str) -> Option<(u32, u32)> {
+    let rest = message.strip_prefix(DEBUG_PREFIXES[1])?;
+    let (pair, _) = rest.split_once(' ')?;
+    let (x, s) = pair.split_once(':')?;
+    Some((x.parse().ok()?, s.parse().ok()?))
+}
+
+/// logical.c DecodingContextFindStartpoint's DEBUG1 line: a decoder creating a slot
+/// begins reading at this LSN.
+const SEARCHING: &str = "searching for logical decoding starting point, starting at ";
 
 /// The LSN a builder message ends with (`logical decoding found … at X/Y`).
 pub fn message_lsn(message: &str) -> Option<Lsn> {
@@ -154,7 +261,9 @@ impl DecoderKind {
 impl LogEvent {
     pub fn at_ms(&self) -> i64 {
         match self {
-            LogEvent::ServerStart { at_ms } | LogEvent::DecoderStart { at_ms, .. } => *at_ms,
+            LogEvent::ServerStart { at_ms }
+            | LogEvent::DecoderStart { at_ms, .. }
+            | LogEvent::CreationStart { at_ms, .. } => *at_ms,
             LogEvent::Builder(b) => b.at_ms,
             LogEvent::SlotInvalidated(i) => i.at_ms,
         }
@@ -370,11 +479,35 @@ impl StderrParser {
         let Some((at_ms, _)) = leading_timestamp(line) else {
             return out;
         };
-        let Some(pos) = line.find("LOG:  ") else {
+        // The severity tag after the prefix: the first `LOG:  ` or `DEBUG:  `.
+        let log = line.find("LOG:  ").map(|p| (p, p + 6, LineLevel::Log));
+        let debug = line.find("DEBUG:  ").map(|p| (p, p + 8, LineLevel::Debug1));
+        let Some((pos, body, level)) = [log, debug].into_iter().flatten().min_by_key(|t| t.0)
+        else {
             return out;
         };
-        let (prefix, msg) = (&line[..pos], &line[pos + 6..]);
+        let (prefix, msg) = (&line[..pos], &line[body..]);
         let pid = prefix_pid(prefix);
+        if level == LineLevel::Debug1 {
+            if let Some(restart) = msg.strip_prefix(SEARCHING).and_then(leading_lsn) {
+                out.push(LogEvent::CreationStart {
+                    at_ms,
+                    pid,
+                    restart: restart.0,
+                });
+            } else if debug_kind(msg).is_some() {
+                let b = BuilderLine {
+                    at_ms,
+                    pid,
+                    level,
+                    message: msg.to_owned(),
+                    detail: None,
+                    statement: None,
+                };
+                self.open = Some((prefix.to_owned(), Open::Builder(b), Part::Message));
+            }
+            return out;
+        }
         if let Some(rest) = msg.strip_prefix(STARTING) {
             let slot = rest.strip_suffix('"').unwrap_or(rest).to_owned();
             self.open = Some((
@@ -386,6 +519,7 @@ impl StderrParser {
             let b = BuilderLine {
                 at_ms,
                 pid,
+                level,
                 message: msg.to_owned(),
                 detail: None,
                 statement: None,
@@ -442,17 +576,40 @@ fn event_from_fields(
     statement: Option<&str>,
     context: Option<&str>,
 ) -> Option<LogEvent> {
-    if severity != "LOG" {
-        return None;
-    }
+    let level = match severity {
+        "LOG" => LineLevel::Log,
+        "DEBUG" => LineLevel::Debug1,
+        _ => return None,
+    };
     let (at_ms, _) = leading_timestamp(timestamp)?;
-    if let Some(rest) = msg.strip_prefix(INVALIDATING) {
+    if let Some(rest) = msg
+        .strip_prefix(INVALIDATING)
+        .filter(|_| level == LineLevel::Log)
+    {
         return Some(LogEvent::SlotInvalidated(InvalidationLine {
             at_ms,
             pid,
             slot: rest.strip_suffix('"').unwrap_or(rest).to_owned(),
             detail: detail.map(str::to_owned),
             context: context.map(str::to_owned),
+        }));
+    }
+    if level == LineLevel::Debug1 {
+        if let Some(restart) = msg.strip_prefix(SEARCHING).and_then(leading_lsn) {
+            return Some(LogEvent::CreationStart {
+                at_ms,
+                pid,
+                restart: restart.0,
+            });
+        }
+        debug_kind(msg)?;
+        return Some(LogEvent::Builder(BuilderLine {
+            at_ms,
+            pid,
+            level,
+            message: msg.to_owned(),
+            detail: detail.map(str::to_owned),
+            statement: statement.map(str::to_owned),
         }));
     }
     if READY.iter().any(|r| msg.starts_with(r)) {
@@ -462,6 +619,7 @@ fn event_from_fields(
         return Some(LogEvent::Builder(BuilderLine {
             at_ms,
             pid,
+            level,
             message: msg.to_owned(),
             detail: detail.map(str::to_owned),
             statement: statement.map(str::to_owned),
@@ -639,33 +797,56 @@ pub enum Origin {
 pub struct LoggedDecoder {
     pub pid: Option<i32>,
     pub origin: Origin,
+    /// Its LOG lines (`logical decoding found …`), in order.
     pub lines: Vec<BuilderLine>,
+    /// Its DEBUG1 lines ([`DEBUG_PREFIXES`]), in order.
+    pub debug: Vec<BuilderLine>,
+    /// It logged at DEBUG1: some DEBUG line of it is in the log (its `searching for
+    /// logical decoding starting point` for a creation, or any of `debug`).
+    pub logs_debug: bool,
+    /// Where a creation began reading, from its `searching for logical decoding starting
+    /// point` line (DEBUG1).
+    pub creation_start: Option<Lsn>,
 }
 
 impl LoggedDecoder {
     /// Whether a replay that starts at `start` and whose first builder message names
     /// `first_message_lsn` runs as this decoder did: a restarted one read from `start`; a
-    /// creating one's first message names the same record.
+    /// creating one's first message names the same record (the first LOG line; before the
+    /// replay has one, as for a DEBUG1 skip ahead of it, a creation that logged where it
+    /// began reading started at `start`).
     pub fn same_start_as(&self, start: Lsn, first_message_lsn: Option<Lsn>) -> bool {
         match &self.origin {
             Origin::Restart { restart, .. } => *restart == start,
-            Origin::Creation => {
-                first_message_lsn.is_some()
-                    && self.lines.first().and_then(BuilderLine::lsn) == first_message_lsn
-            }
+            Origin::Creation => match first_message_lsn {
+                Some(_) => self.lines.first().and_then(BuilderLine::lsn) == first_message_lsn,
+                None => self.creation_start == Some(start),
+            },
             Origin::Unknown => false,
         }
     }
 }
 
 /// The decoders of the log's builder lines: a `starting logical decoding` line opens a
-/// restarted decoder for its pid; a builder line whose statement creates a slot belongs to
+/// restarted decoder for its pid, a `searching for logical decoding starting point` line
+/// (DEBUG1) a creating one; a LOG builder line whose statement creates a slot belongs to
 /// that pid's creation (a new one after a `found consistent point`, which ends a
-/// creation); other builder lines go to the pid's open decoder. A server start closes all.
+/// creation); other LOG builder lines go to the pid's open decoder. DEBUG1 lines (which
+/// carry no statement) go to the pid's latest decoder, a finished creation included (a
+/// creation's candidates at its consistent point are logged after that line); a pid with
+/// none opens one of unknown origin. A server start closes all.
 pub fn decoders(events: &[LogEvent]) -> Vec<LoggedDecoder> {
     let mut out: Vec<LoggedDecoder> = Vec::new();
     // pid -> (index in out, creation finished)
     let mut open: Vec<(Option<i32>, usize, bool)> = Vec::new();
+    let new = |pid: Option<i32>, origin: Origin| LoggedDecoder {
+        pid,
+        origin,
+        lines: Vec::new(),
+        debug: Vec::new(),
+        logs_debug: false,
+        creation_start: None,
+    };
     for e in events {
         match e {
             LogEvent::ServerStart { .. } => open.clear(),
@@ -673,15 +854,34 @@ pub fn decoders(events: &[LogEvent]) -> Vec<LoggedDecoder> {
                 pid, slot, restart, ..
             } => {
                 open.retain(|(p, _, _)| p != pid);
-                out.push(LoggedDecoder {
-                    pid: *pid,
-                    origin: Origin::Restart {
+                out.push(new(
+                    *pid,
+                    Origin::Restart {
                         restart: *restart,
                         slot: slot.clone(),
                     },
-                    lines: Vec::new(),
-                });
+                ));
                 open.push((*pid, out.len() - 1, false));
+            }
+            LogEvent::CreationStart { pid, restart, .. } => {
+                open.retain(|(p, _, _)| p != pid);
+                let mut d = new(*pid, Origin::Creation);
+                d.logs_debug = true;
+                d.creation_start = Some(*restart);
+                out.push(d);
+                open.push((*pid, out.len() - 1, false));
+            }
+            LogEvent::Builder(b) if b.level == LineLevel::Debug1 => {
+                let idx = match open.iter().find(|(p, _, _)| *p == b.pid) {
+                    Some(o) => o.1,
+                    None => {
+                        out.push(new(b.pid, Origin::Unknown));
+                        open.push((b.pid, out.len() - 1, false));
+                        out.len() - 1
+                    }
+                };
+                out[idx].debug.push(b.clone());
+                out[idx].logs_debug = true;
             }
             LogEvent::Builder(b) => {
                 let creating = b.statement.as_deref().is_some_and(creates_slot);
@@ -701,15 +901,14 @@ pub fn decoders(events: &[LogEvent]) -> Vec<LoggedDecoder> {
                         if let Some(i) = current {
                             open.remove(i);
                         }
-                        out.push(LoggedDecoder {
-                            pid: b.pid,
-                            origin: if creating {
+                        out.push(new(
+                            b.pid,
+                            if creating {
                                 Origin::Creation
                             } else {
                                 Origin::Unknown
                             },
-                            lines: Vec::new(),
-                        });
+                        ));
                         open.push((b.pid, out.len() - 1, false));
                         out.len() - 1
                     }
@@ -750,6 +949,7 @@ pub struct LogLineMatch {
 /// `first_message_lsn`, in creation mode or not (`replay_in_creation`).
 pub fn lines_for(
     decoders: &[LoggedDecoder],
+    index: Option<&LineIndex>,
     message: &str,
     detail: Option<&str>,
     start: Lsn,
@@ -759,27 +959,204 @@ pub fn lines_for(
     let Some(lsn) = message_lsn(message) else {
         return Vec::new();
     };
-    let mut out = Vec::new();
-    for d in decoders {
-        let same_start = d.same_start_as(start, first_message_lsn);
+    builder_lines_at(decoders, index, lsn)
+        .into_iter()
+        .map(|(d, l)| {
+            let (same_start, may_refute) = d.judges(start, first_message_lsn, replay_in_creation);
+            LogLineMatch {
+                equal: l.message == message && l.detail.as_deref() == detail,
+                line: l.clone(),
+                same_start,
+                may_refute,
+            }
+        })
+        .collect()
+}
+
+/// Builder lines by the record they are about ([`BuilderLine::lsn`]), so that a trace
+/// asks about each row without scanning the whole log's lines.
+#[derive(Clone, Debug, Default)]
+pub struct LineIndex {
+    /// LSN -> (decoder, DEBUG1 line or not, line), in the order a scan finds them.
+    map: std::collections::HashMap<Lsn, Vec<(usize, bool, usize)>>,
+}
+
+impl LineIndex {
+    pub fn new(decoders: &[LoggedDecoder]) -> LineIndex {
+        let mut map: std::collections::HashMap<Lsn, Vec<(usize, bool, usize)>> =
+            std::collections::HashMap::new();
+        for (d, dec) in decoders.iter().enumerate() {
+            for (debug, lines) in [(false, &dec.lines), (true, &dec.debug)] {
+                for (i, l) in lines.iter().enumerate() {
+                    if let Some(lsn) = l.lsn() {
+                        map.entry(lsn).or_default().push((d, debug, i));
+                    }
+                }
+            }
+        }
+        LineIndex { map }
+    }
+}
+
+/// The lines about the record at `lsn`, decoder by decoder (its LOG lines, then its DEBUG1
+/// lines), through `index` when given (built from the same `decoders`).
+fn lines_about<'a>(
+    decoders: &'a [LoggedDecoder],
+    index: Option<&LineIndex>,
+    lsn: Lsn,
+) -> Vec<(&'a LoggedDecoder, &'a BuilderLine)> {
+    match index {
+        Some(ix) => ix
+            .map
+            .get(&lsn)
+            .map(|v| {
+                v.iter()
+                    .filter_map(|&(d, debug, i)| {
+                        let dec = decoders.get(d)?;
+                        let l = if debug {
+                            dec.debug.get(i)?
+                        } else {
+                            dec.lines.get(i)?
+                        };
+                        Some((dec, l))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        None => decoders
+            .iter()
+            .flat_map(|d| {
+                d.lines
+                    .iter()
+                    .chain(d.debug.iter())
+                    .filter(move |l| l.lsn() == Some(lsn))
+                    .map(move |l| (d, l))
+            })
+            .collect(),
+    }
+}
+
+/// The builder verdicts about the record at `lsn`: LOG lines and the DEBUG1 pre-filter
+/// skip (a builder verdict on the record as the LOG lines are: a skip where the replay
+/// logs a LOG line, or the reverse, differs).
+fn builder_lines_at<'a>(
+    decoders: &'a [LoggedDecoder],
+    index: Option<&LineIndex>,
+    lsn: Lsn,
+) -> Vec<(&'a LoggedDecoder, &'a BuilderLine)> {
+    lines_about(decoders, index, lsn)
+        .into_iter()
+        .filter(|(_, l)| {
+            l.level == LineLevel::Log || debug_kind(&l.message) == Some(DebugKind::Skip)
+        })
+        .collect()
+}
+
+/// The builder lines (LOG, and the DEBUG1 skip) decoders logged for the record at `lsn`,
+/// for a replay row that logs no builder message there (a RUNNING_XACTS row the replay
+/// passes silently): none is equal to what the replay says.
+pub fn lines_at(
+    decoders: &[LoggedDecoder],
+    index: Option<&LineIndex>,
+    lsn: Lsn,
+    start: Lsn,
+    first_message_lsn: Option<Lsn>,
+    replay_in_creation: bool,
+) -> Vec<LogLineMatch> {
+    builder_lines_at(decoders, index, lsn)
+        .into_iter()
+        .map(|(d, l)| {
+            let (same_start, may_refute) = d.judges(start, first_message_lsn, replay_in_creation);
+            LogLineMatch {
+                equal: false,
+                line: l.clone(),
+                same_start,
+                may_refute,
+            }
+        })
+        .collect()
+}
+
+impl LoggedDecoder {
+    /// `(same_start, may_refute)` of this decoder's lines for a replay ([`LogLineMatch`]).
+    fn judges(
+        &self,
+        start: Lsn,
+        first_message_lsn: Option<Lsn>,
+        replay_in_creation: bool,
+    ) -> (bool, bool) {
+        let same_start = self.same_start_as(start, first_message_lsn);
         let may_refute = same_start
-            && match d.origin {
+            && match self.origin {
                 Origin::Restart { .. } => true,
                 Origin::Creation => replay_in_creation,
                 Origin::Unknown => false,
             };
-        for l in &d.lines {
-            if l.lsn() == Some(lsn) {
-                out.push(LogLineMatch {
-                    equal: l.message == message && l.detail.as_deref() == detail,
-                    line: l.clone(),
-                    same_start,
-                    may_refute,
-                });
-            }
-        }
+        (same_start, may_refute)
+    }
+}
+
+/// The slot candidates a replay proposes at one RUNNING_XACTS (snapbuild.c
+/// SnapBuildProcessRunningXacts' calls of logical.c LogicalIncreaseXminForSlot and
+/// LogicalIncreaseRestartDecodingForSlot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Candidates {
+    /// The record's LSN (`current_lsn` of both calls).
+    pub at: Lsn,
+    /// The catalog xmin proposed there.
+    pub xmin: Option<u32>,
+    /// The restart LSN proposed there (none before CONSISTENT, or with no restart point).
+    pub restart: Option<Lsn>,
+}
+
+/// The DEBUG1 candidate lines decoders logged for the record at `c.at` (`got new catalog
+/// xmin X at L`, `got new restart lsn R at L`, `failed to increase restart lsn: proposed
+/// R, after L, …`), each equal when it names what the replay proposes there. The server
+/// logs a proposal only when the slot takes it as a candidate (or, for the restart LSN,
+/// refuses it for a pending one), so no line is no statement; a line naming another value,
+/// or a proposal where the replay makes none, is a difference.
+pub fn candidate_lines_for(
+    decoders: &[LoggedDecoder],
+    index: Option<&LineIndex>,
+    c: Candidates,
+    start: Lsn,
+    first_message_lsn: Option<Lsn>,
+    replay_in_creation: bool,
+) -> Vec<LogLineMatch> {
+    let mut out = Vec::new();
+    for (d, l) in lines_about(decoders, index, c.at) {
+        let equal = match debug_kind(&l.message) {
+            Some(DebugKind::RestartCandidate) => match restart_candidate(&l.message) {
+                Some((r, at)) if at == c.at => c.restart == Some(r),
+                _ => continue,
+            },
+            Some(DebugKind::XminCandidate) => match xmin_candidate(&l.message) {
+                Some((x, at)) if at == c.at => c.xmin == Some(x),
+                _ => continue,
+            },
+            _ => continue,
+        };
+        let (same_start, may_refute) = d.judges(start, first_message_lsn, replay_in_creation);
+        out.push(LogLineMatch {
+            equal,
+            line: l.clone(),
+            same_start,
+            may_refute,
+        });
     }
     out
+}
+
+/// Whether any decoder that started as a replay from `start` (first builder message at
+/// `first_message_lsn`) did logged at DEBUG1 ([`LoggedDecoder::logs_debug`]).
+pub fn same_start_logs_debug(
+    decoders: &[LoggedDecoder],
+    start: Lsn,
+    first_message_lsn: Option<Lsn>,
+) -> bool {
+    decoders
+        .iter()
+        .any(|d| d.logs_debug && d.same_start_as(start, first_message_lsn))
 }
 
 #[cfg(test)]
@@ -970,6 +1347,218 @@ mod tests {
         );
     }
 
+    /// DEBUG1 lines as PostgreSQL 18.6 wrote them with log_min_messages = debug1 (the
+    /// stderr tag is `DEBUG` for every debug level; DEBUG lines carry no STATEMENT), read
+    /// beside the LOG lines: a creation opened by its `searching …` line, a restarted
+    /// decoder's candidates and subtransaction, and another creation's pre-filter skip
+    /// with its DETAIL (forced with fsync = on and six clients committing short
+    /// transactions while slots were created). The texts are the same in 14-18.
+    #[test]
+    fn debug1_lines_parsed_and_grouped() {
+        let log = r#"2026-12-01 19:34:40.266 UTC [16973] LOG:  database system is ready to accept connections
+2026-12-01 19:34:44.726 UTC [17051] DEBUG:  xmin required by slots: data 0, catalog 753
+2026-12-01 19:34:44.732 UTC [17051] DEBUG:  searching for logical decoding starting point, starting at 0/170FFA8
+2026-12-01 19:34:44.732 UTC [17051] LOG:  logical decoding found initial starting point at 0/170FFA8
+2026-12-01 19:34:44.732 UTC [17051] DETAIL:  Waiting for transactions (approximately 1) older than 754 to end.
+2026-12-01 19:34:44.732 UTC [17051] STATEMENT:  select pg_create_logical_replication_slot('cap1','test_decoding')
+2026-12-01 19:34:47.613 UTC [17051] LOG:  logical decoding found consistent point at 0/1710028
+2026-12-01 19:34:47.613 UTC [17051] DETAIL:  There are no running transactions.
+2026-12-01 19:34:47.613 UTC [17051] STATEMENT:  select pg_create_logical_replication_slot('cap1','test_decoding')
+2026-12-01 19:34:50.086 UTC [17085] LOG:  starting logical decoding for slot "cap1"
+2026-12-01 19:34:50.086 UTC [17085] DETAIL:  Streaming transactions committing after 0/1710060, reading WAL from 0/170FFA8.
+2026-12-01 19:34:50.086 UTC [17085] STATEMENT:  select count(*) from pg_logical_slot_get_changes('cap1',NULL,NULL)
+2026-12-01 19:34:50.087 UTC [17085] LOG:  logical decoding found initial starting point at 0/170FFA8
+2026-12-01 19:34:50.087 UTC [17085] DETAIL:  Waiting for transactions (approximately 1) older than 754 to end.
+2026-12-01 19:34:50.087 UTC [17085] STATEMENT:  select count(*) from pg_logical_slot_get_changes('cap1',NULL,NULL)
+2026-12-01 19:34:50.087 UTC [17085] DEBUG:  serializing snapshot to pg_logical/snapshots/0-1710060.snap
+2026-12-01 19:34:50.096 UTC [17085] DEBUG:  found subtransaction 754:755 with catalog changes
+2026-12-01 19:34:50.098 UTC [17085] DEBUG:  got new catalog xmin 757 at 0/1718440
+2026-12-01 19:34:50.098 UTC [17085] DEBUG:  got new restart lsn 0/1718440 at 0/1718440
+2026-12-01 19:34:50.103 UTC [17085] DEBUG:  updated xmin: 1 restart: 1
+2026-12-01 19:54:44.513 UTC [5346] DEBUG:  searching for logical decoding starting point, starting at 0/1FA0AD0
+2026-12-01 19:54:44.514 UTC [5346] DEBUG:  skipping snapshot at 0/1FA0AD0 while building logical decoding snapshot, xmin horizon too low
+2026-12-01 19:54:44.514 UTC [5346] DETAIL:  initial xmin horizon of 78049 vs the snapshot's 78045
+2026-12-01 19:54:44.521 UTC [5346] LOG:  logical decoding found initial starting point at 0/1FA1758
+2026-12-01 19:54:44.521 UTC [5346] DETAIL:  Waiting for transactions (approximately 1) older than 78078 to end.
+2026-12-01 19:54:44.521 UTC [5346] STATEMENT:  select pg_create_logical_replication_slot('skp2','test_decoding')
+2026-12-01 19:54:44.521 UTC [5346] DEBUG:  got new catalog xmin 78077 at 0/1FA1758
+2026-12-01 19:54:44.527 UTC [5346] LOG:  logical decoding found initial consistent point at 0/1FA1A30
+2026-12-01 19:54:44.527 UTC [5346] DETAIL:  Waiting for transactions (approximately 5) older than 78084 to end.
+2026-12-01 19:54:44.527 UTC [5346] STATEMENT:  select pg_create_logical_replication_slot('skp2','test_decoding')"#;
+        let mut p = StderrParser::default();
+        let mut events: Vec<LogEvent> = log.lines().flat_map(|l| p.line(l)).collect();
+        events.extend(p.finish());
+        assert!(events.contains(&LogEvent::CreationStart {
+            at_ms: 1_796_153_684_732,
+            pid: Some(17051),
+            restart: Lsn(0x170FFA8)
+        }));
+        let ds = decoders(&events);
+        assert_eq!(ds.len(), 3, "{ds:#?}");
+        let (first, restarted, creation) = (&ds[0], &ds[1], &ds[2]);
+        assert_eq!(first.origin, Origin::Creation);
+        assert_eq!(first.lines.len(), 2);
+        assert!(first.same_start_as(Lsn(0x170FFA8), Some(Lsn(0x170FFA8))));
+        assert_eq!(creation.origin, Origin::Creation);
+        assert!(first.logs_debug && restarted.logs_debug && creation.logs_debug);
+        // The skip (DEBUG1, before the creation's first LOG line) stays with the creation
+        // and does not change where it is said to start (its first LOG line), nor do its
+        // candidates after that line.
+        assert_eq!(creation.lines.len(), 2);
+        assert_eq!(creation.debug.len(), 2);
+        assert_eq!(
+            creation.debug[0].detail.as_deref(),
+            Some("initial xmin horizon of 78049 vs the snapshot's 78045")
+        );
+        assert_eq!(creation.debug[0].lsn(), Some(Lsn(0x1FA0AD0)));
+        assert!(creation.same_start_as(Lsn(0x1FA0AD0), Some(Lsn(0x1FA1758))));
+        assert!(creation.same_start_as(Lsn(0x1FA0AD0), None));
+        assert!(!creation.same_start_as(Lsn(0x1FA0AD0), Some(Lsn(0x1FA0AD0))));
+        assert_eq!(
+            restarted
+                .debug
+                .iter()
+                .map(|l| debug_kind(&l.message))
+                .collect::<Vec<_>>(),
+            vec![
+                Some(DebugKind::Subtransaction),
+                Some(DebugKind::XminCandidate),
+                Some(DebugKind::RestartCandidate)
+            ]
+        );
+        assert_eq!(
+            subtransaction(&restarted.debug[0].message),
+            Some((754, 755))
+        );
+        assert_eq!(restarted.debug[0].lsn(), None);
+        assert_eq!(
+            xmin_candidate(&restarted.debug[1].message),
+            Some((757, Lsn(0x1718440)))
+        );
+        assert_eq!(
+            restart_candidate(&restarted.debug[2].message),
+            Some((Lsn(0x1718440), Lsn(0x1718440)))
+        );
+        // The refusal, as logical.c's format prints it (none was captured).
+        let refused = "failed to increase restart lsn: proposed 0/1718500, after 0/1718558, current candidate 0/1718440, current after 0/1718440, flushed up to 0/1710060";
+        assert_eq!(debug_kind(refused), Some(DebugKind::RestartCandidate));
+        assert_eq!(
+            restart_candidate(refused),
+            Some((Lsn(0x1718500), Lsn(0x1718558)))
+        );
+
+        // The skip row of a replay in creation mode from 0/1FA0AD0 (before its first LOG
+        // message): the creation's line.
+        let skip = "skipping snapshot at 0/1FA0AD0 while building logical decoding snapshot, xmin horizon too low";
+        let m = lines_for(
+            &ds,
+            None,
+            skip,
+            Some("initial xmin horizon of 78049 vs the snapshot's 78045"),
+            Lsn(0x1FA0AD0),
+            None,
+            true,
+        );
+        assert_eq!(m.len(), 1);
+        assert!(m[0].same_start && m[0].equal && m[0].may_refute);
+        // Another horizon in the DETAIL differs.
+        let m = lines_for(
+            &ds,
+            None,
+            skip,
+            Some("initial xmin horizon of 78048 vs the snapshot's 78045"),
+            Lsn(0x1FA0AD0),
+            None,
+            true,
+        );
+        assert!(!m[0].equal && m[0].may_refute);
+        // A replay that found its starting point there instead meets the skip: differs.
+        let m = lines_for(
+            &ds,
+            None,
+            "logical decoding found initial starting point at 0/1FA0AD0",
+            None,
+            Lsn(0x1FA0AD0),
+            Some(Lsn(0x1FA0AD0)),
+            true,
+        );
+        assert_eq!(m.len(), 1);
+        assert!(!m[0].equal);
+        assert_eq!(
+            lines_at(&ds, None, Lsn(0x1FA0AD0), Lsn(0x1FA0AD0), None, true).len(),
+            1
+        );
+
+        // Candidates at 0/1718440 of a replay restarted at 0/170FFA8.
+        let c = |xmin, restart| Candidates {
+            at: Lsn(0x1718440),
+            xmin,
+            restart,
+        };
+        let m = candidate_lines_for(
+            &ds,
+            None,
+            c(Some(757), Some(Lsn(0x1718440))),
+            Lsn(0x170FFA8),
+            Some(Lsn(0x170FFA8)),
+            false,
+        );
+        assert_eq!(m.len(), 2);
+        assert!(m.iter().all(|m| m.equal && m.same_start && m.may_refute));
+        let m = candidate_lines_for(
+            &ds,
+            None,
+            c(Some(756), None),
+            Lsn(0x170FFA8),
+            Some(Lsn(0x170FFA8)),
+            false,
+        );
+        assert_eq!(m.iter().filter(|m| !m.equal).count(), 2);
+        // Another start: named, not judged.
+        let m = candidate_lines_for(&ds, None, c(Some(757), None), Lsn(0x1718440), None, false);
+        assert!(m.iter().all(|m| !m.same_start && !m.may_refute));
+        // The index finds what a scan finds.
+        let ix = LineIndex::new(&ds);
+        for lsn in [
+            0x170FFA8, 0x1710028, 0x1718440, 0x1FA0AD0, 0x1FA1758, 0x1FA1A30,
+        ] {
+            let c = c(Some(757), Some(Lsn(0x1718440)));
+            let c = Candidates { at: Lsn(lsn), ..c };
+            assert_eq!(
+                candidate_lines_for(&ds, Some(&ix), c, Lsn(0x170FFA8), None, false),
+                candidate_lines_for(&ds, None, c, Lsn(0x170FFA8), None, false)
+            );
+            assert_eq!(
+                lines_at(&ds, Some(&ix), Lsn(lsn), Lsn(0x1FA0AD0), None, true),
+                lines_at(&ds, None, Lsn(lsn), Lsn(0x1FA0AD0), None, true)
+            );
+        }
+        assert!(same_start_logs_debug(&ds, Lsn(0x170FFA8), None));
+        assert!(!same_start_logs_debug(&ds, Lsn(0x1718440), None));
+
+        // The same lines in csvlog and jsonlog: severity DEBUG.
+        let csv = r#"2026-12-01 19:34:50.098 UTC,"postgres","postgres",17085,"127.0.0.1:1",x,1,"SELECT",2026-12-01 19:34:50 UTC,3/4,0,DEBUG,00000,"got new restart lsn 0/1718440 at 0/1718440",,,,,,,,,"psql","client backend",,0"#;
+        match CsvParser::default().line(csv) {
+            Some(LogEvent::Builder(b)) => {
+                assert_eq!(b.level, LineLevel::Debug1);
+                assert_eq!(b.lsn(), Some(Lsn(0x1718440)));
+            }
+            other => panic!("{other:?}"),
+        }
+        let json = r#"{"timestamp":"2026-12-01 19:34:44.732 UTC","pid":17051,"error_severity":"DEBUG","message":"searching for logical decoding starting point, starting at 0/170FFA8"}"#;
+        assert_eq!(
+            parse_json_line(json),
+            Some(LogEvent::CreationStart {
+                at_ms: 1_796_153_684_732,
+                pid: Some(17051),
+                restart: Lsn(0x170FFA8)
+            })
+        );
+        // Other DEBUG lines are not builder lines.
+        let json = r#"{"timestamp":"2026-12-01 19:34:44.732 UTC","pid":1,"error_severity":"DEBUG","message":"updated xmin: 1 restart: 1"}"#;
+        assert_eq!(parse_json_line(json), None);
+    }
+
     #[test]
     fn builder_lines_grouped_by_decoder_and_matched() {
         let log = r#"2026-12-01 13:00:00.000 UTC [1] LOG:  database system is ready to accept connections
@@ -1016,6 +1605,7 @@ mod tests {
         // restarted decoder started as it did; the second creation did not.
         let m = lines_for(
             &ds,
+            None,
             "logical decoding found initial starting point at 0/100",
             Some("Waiting for transactions (approximately 1) older than 700 to end."),
             Lsn(0x100),
@@ -1028,6 +1618,7 @@ mod tests {
         assert_eq!(m.iter().filter(|x| x.may_refute).count(), 1);
         let m = lines_for(
             &ds,
+            None,
             "logical decoding found consistent point at 0/200",
             Some("There are no running transactions."),
             Lsn(0x100),
@@ -1037,7 +1628,7 @@ mod tests {
         assert_eq!(m.len(), 1);
         assert!(m[0].same_start && !m[0].equal);
         assert!(!m[0].may_refute);
-        assert!(lines_for(&ds, "no lsn here", None, Lsn(0), None, false).is_empty());
+        assert!(lines_for(&ds, None, "no lsn here", None, Lsn(0), None, false).is_empty());
     }
 
     #[test]

@@ -31,6 +31,7 @@ fn server_log_writers_at_the_end_of_time() {
             let at = b.lsn().unwrap_or(Lsn(0));
             let _ = lines_for(
                 &decs,
+                None,
                 &b.message,
                 b.detail.as_deref(),
                 Lsn(0x100),
