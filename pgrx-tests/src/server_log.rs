@@ -176,22 +176,22 @@ pub fn logged_invalidation(
         let Some(m) = log_line_re().captures(line) else {
             continue;
         };
-        let pid: i32 = m[1].parse().unwrap();
-        match (&m[2], open) {
+        let pid: i32 = m[2].parse().unwrap();
+        match (&m[3], open) {
             ("LOG", _) => {
-                open = m[3] == want;
+                open = m[4] == want;
                 if open {
                     found = Some((pid, None, None));
                 }
             }
             ("DETAIL", true) => {
                 if let Some(f) = found.as_mut().filter(|f| f.0 == pid) {
-                    f.1 = Some(m[3].to_string());
+                    f.1 = Some(m[4].to_string());
                 }
             }
             ("CONTEXT", true) => {
                 if let (Some(f), Some(r)) =
-                    (found.as_mut().filter(|f| f.0 == pid), redo.captures(&m[3]))
+                    (found.as_mut().filter(|f| f.0 == pid), redo.captures(&m[4]))
                 {
                     f.2 = Some((crate::values::parse_lsn(&r[1]), r[2].to_string()));
                 }
