@@ -1110,14 +1110,7 @@ mod tests {
     fn debug1_lines_judge_skips_and_candidates() {
         use crate::server_log::{BuilderLine, LineLevel, LogLineMatch};
         let line = |msg: &str, same_start: bool, equal: bool| LogLineMatch {
-            line: BuilderLine {
-                at_ms: 1_796_153_690_098,
-                pid: Some(17085),
-                level: LineLevel::Debug1,
-                message: msg.into(),
-                detail: None,
-                statement: None,
-            },
+            line: BuilderLine::new(1_796_153_690_098, Some(17085), LineLevel::Debug1, msg),
             same_start,
             equal,
             may_refute: same_start,
@@ -1194,14 +1187,12 @@ mod tests {
         row.message = Some("logical decoding found consistent point at 0/64".into());
         row.detail = Some("There are no running transactions.".into());
         let line = |msg: &str, same_start: bool, equal: bool| LogLineMatch {
-            line: BuilderLine {
-                at_ms: 1_796_131_110_089,
-                pid: Some(42),
-                level: crate::server_log::LineLevel::Log,
-                message: msg.into(),
-                detail: None,
-                statement: None,
-            },
+            line: BuilderLine::new(
+                1_796_131_110_089,
+                Some(42),
+                crate::server_log::LineLevel::Log,
+                msg,
+            ),
             same_start,
             equal,
             may_refute: same_start,

@@ -94,6 +94,18 @@ pub struct BuilderLine {
 }
 
 impl BuilderLine {
+    /// A line `message` at `level`, without DETAIL or statement (yet).
+    pub fn new(at_ms: i64, pid: Option<i32>, level: LineLevel, message: &str) -> Self {
+        BuilderLine {
+            at_ms,
+            pid,
+            level,
+            message: message.to_owned(),
+            detail: None,
+            statement: None,
+        }
+    }
+
     /// The LSN of the record the line is about: `… at X/Y` of the LOG lines, of
     /// `skipping snapshot at`, of `got new catalog xmin` and `got new restart lsn`, the
     /// `after` of `failed to increase restart lsn` (`None` for `found subtransaction`,
@@ -496,14 +508,7 @@ impl StderrParser {
                     restart: restart.0,
                 });
             } else if debug_kind(msg).is_some() {
-                let b = BuilderLine {
-                    at_ms,
-                    pid,
-                    level,
-                    message: msg.to_owned(),
-                    detail: None,
-                    statement: None,
-                };
+                let b = BuilderLine::new(at_ms, pid, level, msg);
                 self.open = Some((prefix.to_owned(), Open::Builder(b), Part::Message));
             }
             return out;
@@ -516,14 +521,7 @@ impl StderrParser {
                 Part::Message,
             ));
         } else if msg.starts_with(BUILDER_PREFIX) {
-            let b = BuilderLine {
-                at_ms,
-                pid,
-                level,
-                message: msg.to_owned(),
-                detail: None,
-                statement: None,
-            };
+            let b = BuilderLine::new(at_ms, pid, level, msg);
             self.open = Some((prefix.to_owned(), Open::Builder(b), Part::Message));
         } else if let Some(rest) = msg.strip_prefix(INVALIDATING) {
             let inv = InvalidationLine {
@@ -603,26 +601,14 @@ fn event_from_fields(
             });
         }
         debug_kind(msg)?;
-        return Some(LogEvent::Builder(BuilderLine {
-            at_ms,
-            pid,
-            level,
-            message: msg.to_owned(),
-            detail: detail.map(str::to_owned),
-            statement: statement.map(str::to_owned),
-        }));
-    }
-    if READY.iter().any(|r| msg.starts_with(r)) {
+    } else if READY.iter().any(|r| msg.starts_with(r)) {
         return Some(LogEvent::ServerStart { at_ms });
     }
-    if msg.starts_with(BUILDER_PREFIX) {
+    if level == LineLevel::Debug1 || msg.starts_with(BUILDER_PREFIX) {
         return Some(LogEvent::Builder(BuilderLine {
-            at_ms,
-            pid,
-            level,
-            message: msg.to_owned(),
             detail: detail.map(str::to_owned),
             statement: statement.map(str::to_owned),
+            ..BuilderLine::new(at_ms, pid, level, msg)
         }));
     }
     let rest = msg.strip_prefix(STARTING)?;
