@@ -17,6 +17,22 @@ pub struct TraceStats {
     pub agrees_null: usize,
 }
 
+/// "trace rows R running_xacts rows matched to WAL W agrees t/f/null T/F/N", for the tests'
+/// `pgsnap-counts:` lines.
+impl std::fmt::Display for TraceStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "trace rows {} running_xacts rows matched to WAL {} agrees t/f/null {}/{}/{}",
+            self.rows,
+            self.wal_records_matched,
+            self.agrees_true,
+            self.agrees_false,
+            self.agrees_null
+        )
+    }
+}
+
 impl std::ops::AddAssign for TraceStats {
     fn add_assign(&mut self, o: Self) {
         self.rows += o.rows;

@@ -54,6 +54,22 @@ fn start_on_standby(test: &str) -> Option<(Serial, Env, Client, Standby, Client)
     Some((g, env, pc, sb, sc))
 }
 
+/// The start of a test of failover slots synchronized to the standby: as
+/// [`start_on_standby`], and `None` (printed as skipped) before PostgreSQL 17, which has
+/// neither failover slots nor the slot sync worker.
+fn start_synced(test: &str) -> Option<(Serial, Env, Client, Standby, Client)> {
+    let (g, env, pc) = start()?;
+    if env.major < 17 {
+        println!(
+            "SKIPPED: {test}: failover slots are synchronized to standbys from PostgreSQL 17 on"
+        );
+        return None;
+    }
+    let sb = env.standby();
+    let sc = sb.connect(&format!("pgsnap-{test}"));
+    Some((g, env, pc, sb, sc))
+}
+
 /// (kind, xid, finding, remedy) rows of `snapbuild_diagnose(slot)`.
 fn diagnosis(c: &mut Client, slot: &str) -> Vec<(String, Option<u64>, String, Option<String>)> {
     c.query(
@@ -777,17 +793,37 @@ fn settle(env: &Env, pc: &mut Client, slot: &str) {
     }
 }
 
+/// Consumes `slot` once, opens transaction k (application_name `name`) and consumes the
+/// slot again (at most six rounds) until its restart_lsn moves, so that it lands on a
+/// RUNNING_XACTS logged while k runs: (k, whether restart_lsn moved, whether the
+/// RUNNING_XACTS at the new restart_lsn lists k, read from the WAL).
+fn restart_while_k_runs(
+    env: &Env,
+    pc: &mut Client,
+    slot: &str,
+    name: &str,
+) -> (OpenXact, bool, bool) {
+    settle(env, pc, slot);
+    let xk = OpenXact::begin(env, name);
+    let before = server_slot(pc, slot).restart_lsn;
+    let mut moved = false;
+    for _ in 0..6 {
+        settle(env, pc, slot);
+        if server_slot(pc, slot).restart_lsn != before {
+            moved = true;
+            break;
+        }
+    }
+    let restart = server_slot(pc, slot).restart_lsn;
+    let runs_k = wal_running_xacts_at(pc, restart).is_some_and(|w| w.xacts.contains(&xk.xid));
+    (xk, moved, runs_k)
+}
+
 #[test]
 fn st5_failover_slot_synced_to_the_standby() {
-    let Some((_g, env, mut pc)) = start() else {
+    let Some((_g, env, mut pc, sb, mut sc)) = start_synced("st5") else {
         return;
     };
-    if env.major < 17 {
-        println!("SKIPPED: st5: failover slots are synchronized to standbys from PostgreSQL 17 on");
-        return;
-    }
-    let sb = env.standby();
-    let mut sc = sb.connect("pgsnap-st5");
     let (sa, sbn) = ("pgsnap_st5a", "pgsnap_st5b");
     let _ga = SlotGuard::new(&env, sa);
     let _gb = SlotGuard::new(&env, sbn);
@@ -818,21 +854,8 @@ fn st5_failover_slot_synced_to_the_standby() {
     // runs k (the primary's decoder restarts there from its .snap file; the standby has
     // none and its builder must wait for k): not sync-ready. Then k ends: sync-ready.
     create(&mut pc, sbn);
-    settle(&env, &mut pc, sbn);
-    let xk = OpenXact::begin(&env, "pgsnap-st5-k");
-    let before = server_slot(&mut pc, sbn).restart_lsn;
-    let mut moved = false;
-    for _ in 0..6 {
-        settle(&env, &mut pc, sbn);
-        if server_slot(&mut pc, sbn).restart_lsn != before {
-            moved = true;
-            break;
-        }
-    }
+    let (xk, moved, runs_k) = restart_while_k_runs(&env, &mut pc, sbn, "pgsnap-st5-k");
     assert!(moved, "B's restart_lsn moved while k runs");
-    let restart_b = server_slot(&mut pc, sbn).restart_lsn;
-    let runs_k =
-        wal_running_xacts_at(&mut pc, restart_b).is_some_and(|w| w.xacts.contains(&xk.xid));
     let k = xk.xid;
     verdicts.push(sync_and_compare_blocked(
         &sb,
@@ -845,13 +868,8 @@ fn st5_failover_slot_synced_to_the_standby() {
     settle(&env, &mut pc, sbn);
     verdicts.push(sync_and_compare(&sb, &mut pc, &mut sc, sbn, &mut stats));
     println!(
-        "pgsnap-counts: st5 PG{} syncs {verdicts:?} (B's restart_lsn runs k={k}: {runs_k}) trace rows {} running_xacts rows matched to WAL {} agrees t/f/null {}/{}/{}",
-        env.major,
-        stats.rows,
-        stats.wal_records_matched,
-        stats.agrees_true,
-        stats.agrees_false,
-        stats.agrees_null
+        "pgsnap-counts: st5 PG{} syncs {verdicts:?} (B's restart_lsn runs k={k}: {runs_k}) {stats}",
+        env.major
     );
     assert!(
         verdicts.contains(&Sync::Persisted) && verdicts.contains(&Sync::NotConsistent),
@@ -1351,15 +1369,9 @@ fn watch_copy(
 
 #[test]
 fn st8_slot_sync_worker_temporary_and_persistent_copies() {
-    let Some((_g, env, mut pc)) = start() else {
+    let Some((_g, env, mut pc, sb, mut sc)) = start_synced("st8") else {
         return;
     };
-    if env.major < 17 {
-        println!("SKIPPED: st8: the slot sync worker exists from PostgreSQL 17 on");
-        return;
-    }
-    let sb = env.standby();
-    let mut sc = sb.connect("pgsnap-st8");
     let (sa, sbn) = ("pgsnap_st8a", "pgsnap_st8b");
     let _ga = SlotGuard::new(&env, sa);
     let _gb = SlotGuard::new(&env, sbn);
@@ -1413,18 +1425,7 @@ fn st8_slot_sync_worker_temporary_and_persistent_copies() {
     // consistent before B's confirmed_flush: kept temporary; a later RUNNING_XACTS consumed
     // on the primary moves B past k and the worker persists the copy.
     create(&mut pc, sbn);
-    settle(&env, &mut pc, sbn);
-    let xk = OpenXact::begin(&env, "pgsnap-st8-k");
-    let before = server_slot(&mut pc, sbn).restart_lsn;
-    for _ in 0..6 {
-        settle(&env, &mut pc, sbn);
-        if server_slot(&mut pc, sbn).restart_lsn != before {
-            break;
-        }
-    }
-    let restart_b = server_slot(&mut pc, sbn).restart_lsn;
-    let runs_k =
-        wal_running_xacts_at(&mut pc, restart_b).is_some_and(|w| w.xacts.contains(&xk.xid));
+    let (xk, _, runs_k) = restart_while_k_runs(&env, &mut pc, sbn, "pgsnap-st8-k");
     set_failover(&env, sbn);
     sb.wait_replayed(&mut pc);
     wait_for("the worker to sync B", Duration::from_secs(60), || {
@@ -1454,13 +1455,8 @@ fn st8_slot_sync_worker_temporary_and_persistent_copies() {
         }
     }
     println!(
-        "pgsnap-counts: st8 PG{} copies seen A {seen_a:?} B {seen_b:?} (B's restart_lsn runs k={k}: {runs_k}) trace rows {} running_xacts rows matched to WAL {} agrees t/f/null {}/{}/{}",
-        env.major,
-        stats.rows,
-        stats.wal_records_matched,
-        stats.agrees_true,
-        stats.agrees_false,
-        stats.agrees_null
+        "pgsnap-counts: st8 PG{} copies seen A {seen_a:?} B {seen_b:?} (B's restart_lsn runs k={k}: {runs_k}) {stats}",
+        env.major
     );
     let all: Vec<Seen> = seen_a.iter().chain(&seen_b).copied().collect();
     assert!(
@@ -1488,15 +1484,9 @@ fn st8_slot_sync_worker_temporary_and_persistent_copies() {
 
 #[test]
 fn st9_synced_slot_after_promotion() {
-    let Some((_g, env, mut pc)) = start() else {
+    let Some((_g, env, mut pc, sb, mut sc)) = start_synced("st9") else {
         return;
     };
-    if env.major < 17 {
-        println!("SKIPPED: st9: failover slots are synchronized to standbys from PostgreSQL 17 on");
-        return;
-    }
-    let sb = env.standby();
-    let mut sc = sb.connect("pgsnap-st9");
     let slot = "pgsnap_st9";
     let _g = SlotGuard::new(&env, slot);
     pc.batch_execute("DROP TABLE IF EXISTS pgsnap_st9_t; CREATE TABLE pgsnap_st9_t (id int)")
