@@ -18,7 +18,9 @@ use postgres::Client;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-const WAIT: Duration = Duration::from_secs(30);
+/// How long a standby test waits for the standby to replay and log (generous: on a machine
+/// loaded by other builds, replay and the creating backend can lag by tens of seconds).
+const WAIT: Duration = Duration::from_secs(90);
 const CREATE_TIMEOUT: Duration = Duration::from_secs(90);
 
 fn trace_ok(c: &mut Client, slot: &str) -> Vec<TraceRow> {
