@@ -529,6 +529,26 @@ fn builder_line_lsn(e: &LogEntry) -> Option<u64> {
 /// with that decoder's start_decoding_at (the creation of A started where the first
 /// did). With stderr (`pg_ctl -l`), and the logging collector's csvlog
 /// (and jsonlog on 15+) beside a stderr file the test reads the server's lines from.
+/// The trace rows at `lsn` that name the server's log line `e` (as
+/// `server log: pid P at T` in `server_source` or `disagreement`; a DEBUG1 slot-candidate
+/// line as `… (DEBUG "message")` in `server_source`): exactly one, when the line is matched.
+fn rows_naming<'a>(rows: &'a [TraceRow], lsn: u64, e: &LogEntry) -> Vec<&'a TraceRow> {
+    let label = format!("server log: pid {} at {}", e.pid, e.at);
+    let debug_label = format!("{label} (DEBUG \"{}\")", e.message);
+    rows.iter()
+        .filter(|r| r.lsn == Some(lsn))
+        .filter(|r| {
+            let src = js(&r.raw, "server_source").unwrap_or_default();
+            let dis = r.disagreement.clone().unwrap_or_default();
+            if e.level == "DEBUG" && !e.message.starts_with("skipping") {
+                src.contains(&debug_label)
+            } else {
+                src.contains(&label) || dis.contains(&label)
+            }
+        })
+        .collect()
+}
+
 #[test]
 fn f7_every_log_line_matched_to_one_row_across_decoders() {
     let Some((_g, env, _)) = start() else {
@@ -683,21 +703,7 @@ fn f7_every_log_line_matched_to_one_row_across_decoders() {
             let mut fails = Vec::new();
             let (mut matched, mut agreeing) = (0, 0);
             for (lsn, e) in lines.iter().filter(|(l, _)| (first..=last).contains(l)) {
-                let label = format!("server log: pid {} at {}", e.pid, e.at);
-                let debug_label = format!("{label} (DEBUG \"{}\")", e.message);
-                let holders: Vec<&TraceRow> = rows
-                    .iter()
-                    .filter(|r| r.lsn == Some(*lsn))
-                    .filter(|r| {
-                        let src = js(&r.raw, "server_source").unwrap_or_default();
-                        let dis = r.disagreement.clone().unwrap_or_default();
-                        if e.level == "DEBUG" && !e.message.starts_with("skipping") {
-                            src.contains(&debug_label)
-                        } else {
-                            src.contains(&label) || dis.contains(&label)
-                        }
-                    })
-                    .collect();
+                let holders = rows_naming(&rows, *lsn, e);
                 if holders.len() != 1 {
                     fails.push(format!(
                         "{} [{}] {} {:?}: matched to {} rows",
@@ -917,20 +923,7 @@ fn f8_xmin_horizon_skip_from_the_debug1_line() {
     let mut fails = Vec::new();
     let mut skips = 0;
     for (lsn, e) in &lines {
-        let label = format!("server log: pid {} at {}", e.pid, e.at);
-        let debug_label = format!("{label} (DEBUG \"{}\")", e.message);
-        let holders: Vec<&TraceRow> = rows
-            .iter()
-            .filter(|r| r.lsn == Some(*lsn))
-            .filter(|r| {
-                let src = js(&r.raw, "server_source").unwrap_or_default();
-                if e.level == "DEBUG" && !e.message.starts_with("skipping") {
-                    src.contains(&debug_label)
-                } else {
-                    src.contains(&label)
-                }
-            })
-            .collect();
+        let holders = rows_naming(&rows, *lsn, e);
         match holders.as_slice() {
             [r] if r.agrees == Some(true) => {
                 if e.message.starts_with("skipping") {
