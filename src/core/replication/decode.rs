@@ -657,7 +657,13 @@ impl Replay {
                 .interesting = true;
         }
         if let Some(row) = row.as_mut() {
-            if self.builder.in_slot_creation && row.decode.is_some_and(|d| d.decoded()) {
+            // DecodingContextFindStartpoint stops reading once the builder is CONSISTENT:
+            // a record reached after that is not part of the creation any more (the
+            // slot's first decoder, with its writer, meets it).
+            if self.builder.in_slot_creation
+                && before < SnapBuildState::Consistent
+                && row.decode.is_some_and(|d| d.decoded())
+            {
                 row.note = Some(NOTE_CALLBACK_DURING_CREATION.to_owned());
             }
         }
@@ -1259,6 +1265,37 @@ mod tests {
         assert_eq!(off.filter_gid_containing, None);
         let pgoutput = TwoPhaseDecoding::for_slot(true, "pgoutput");
         assert!(!pgoutput.filter_prepare("x_nodecode"));
+    }
+
+    /// A creation ends at CONSISTENT (DecodingContextFindStartpoint): a commit decoded
+    /// after that is sent by the slot's first decoder, not during the creation, so it
+    /// carries no "output plugin called during slot creation" note; a ROLLBACK PREPARED
+    /// decoded while the builder is still FULL_SNAPSHOT does.
+    #[test]
+    fn creation_note_only_before_consistent() {
+        for major in [14, 18] {
+            let mut r = Replay::new(&params(major, true, 0), 5);
+            let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
+            r.feed(
+                &head(100, RecordKind::RunningXacts, 0),
+                &Payload::RunningXacts(RunningXacts::new(600, 600, &[])),
+                &mut none,
+            )
+            .unwrap();
+            assert_eq!(r.builder.state, SnapBuildState::Consistent);
+            r.feed(&head(110, RecordKind::Change, 600), &Payload::None, &mut none)
+                .unwrap();
+            let row = r
+                .feed(
+                    &head(120, RecordKind::Commit, 600),
+                    &commit_payload(600, 5, false, ""),
+                    &mut none,
+                )
+                .unwrap();
+            assert_eq!(row.decode, Some(DecodeVerdict::Decoded));
+            assert_eq!(row.state_before, SnapBuildState::Consistent);
+            assert_eq!(row.note, None, "{major}: {row:?}");
+        }
     }
 
     #[test]
