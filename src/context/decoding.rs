@@ -14,6 +14,10 @@ use crate::adapter::snapfiles::{self, SnapFileError};
 use crate::adapter::wal::{self, WalReader, WalRecord};
 use crate::context::input::ReplayInput;
 
+/// What one turn of the record loop gives: a row (boxed, so that the record loop moves a
+/// pointer, not a row, per record), no row, or the ERROR the server would raise there.
+pub type RowResult = Result<Option<Box<TraceRow>>, Box<ReplayError>>;
+
 /// Why the record loop stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stop {
@@ -310,16 +314,13 @@ impl DecodingContext {
     /// `Some(Ok(None))` for a record that changed nothing a row would show (most records:
     /// heap, btree, full-page images) unless the input asks for `all_records`, which gets
     /// a row for every record.
-    pub fn next_row(&mut self) -> Option<Result<Option<TraceRow>, ReplayError>> {
+    pub fn next_row(&mut self) -> Option<RowResult> {
         self.next_row_upto(None)
     }
 
     /// [`DecodingContext::next_row`], but only for a record ending at or before `limit`
     /// (a later one stays unread for the next call).
-    pub fn next_row_upto(
-        &mut self,
-        limit: Option<Lsn>,
-    ) -> Option<Result<Option<TraceRow>, ReplayError>> {
+    pub fn next_row_upto(&mut self, limit: Option<Lsn>) -> Option<RowResult> {
         let rec = self.read(limit)?;
         let (version, tolerant) = (self.version, self.tolerant);
         let mut restore = |lsn: Lsn| restore_snapshot(lsn, version, tolerant);
@@ -335,7 +336,7 @@ impl DecodingContext {
         // A record that may invalidate the watched slot is judged on a row of its own.
         let fed = match fed {
             Ok(None) if self.input.all_records || rec.conflict.is_some() => {
-                Ok(Some(self.replay.quiet_row(&rec.head)))
+                Ok(Some(Box::new(self.replay.quiet_row(&rec.head))))
             }
             other => other,
         };
@@ -358,7 +359,7 @@ impl DecodingContext {
 
     /// [`DecodingContext::next_row`] that raises the replay's ERROR (`data_corrupted`,
     /// XX001) instead of returning it, for consumers that produce no per-record rows.
-    pub fn next_row_or_raise(&mut self, limit: Option<Lsn>) -> Option<Option<TraceRow>> {
+    pub fn next_row_or_raise(&mut self, limit: Option<Lsn>) -> Option<Option<Box<TraceRow>>> {
         match self.next_row_upto(limit)? {
             Ok(row) => Some(row),
             Err(e) => raise(

@@ -15,7 +15,7 @@ use crate::context::writers::OtherWriters;
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Traced {
     #[serde(flatten)]
-    pub row: TraceRow,
+    pub row: Box<TraceRow>,
     #[serde(flatten)]
     pub verdict: Verdict,
 }
@@ -84,7 +84,7 @@ pub fn server_facts(
 
 /// [`server_facts`] then the core's `judge_row`.
 pub fn judge(
-    row: TraceRow,
+    row: Box<TraceRow>,
     slot: Option<&SlotCopy>,
     version: u32,
     writers: &mut OtherWriters,

@@ -25,7 +25,7 @@ struct Shadow {
     ctx: DecodingContext,
     /// The row of the last record it fed, unless that record was quiet (rows come in LSN
     /// order; `ctx.last_record` says where it stands).
-    last: Option<TraceRow>,
+    last: Option<Box<TraceRow>>,
 }
 
 impl Shadow {

@@ -11,7 +11,7 @@ use snapbuild_core::{BuilderParams, TraceRow};
 
 use crate::adapter::{raise, raise_with_hint};
 use crate::context::{self, judge, DecodingContext, OtherWriters, RangeArgs, ReplayInput, Traced};
-use crate::sql::types::{xids, JsonText, PgLsn, PgName, Xid};
+use crate::sql::types::{xids, JsonText, PgLsn, PgName, StaticText, Xid};
 
 /// The replay of a [`ReplayInput`], run lazily: each `next()` runs the record loop until
 /// a record yields a row, so a trace holds the builder's state and one record at a time,
@@ -35,7 +35,7 @@ impl TraceIter {
         ctx.watch_invalidation();
         let writers = OtherWriters::new(&ctx);
         let start_row = Some(Traced {
-            row: ctx.start_row(),
+            row: Box::new(ctx.start_row()),
             verdict: Default::default(),
         });
         TraceIter {
@@ -48,7 +48,7 @@ impl TraceIter {
 
     /// The server's verdict on an `invalidated` row (the standby's log line for the slot
     /// and the record it names in its CONTEXT).
-    fn judge_invalidated(&mut self, row: TraceRow) -> Traced {
+    fn judge_invalidated(&mut self, row: Box<TraceRow>) -> Traced {
         let w = self.ctx.invalidation.clone().expect("watching");
         let lines = self.writers.invalidation_lines(&w.slot_name);
         let detail = row.detail.clone().unwrap_or_default();
@@ -99,7 +99,10 @@ impl TraceIter {
                 )
             }
         ));
-        Some(Traced { row, verdict })
+        Some(Traced {
+            row: Box::new(row),
+            verdict,
+        })
     }
 }
 
@@ -139,7 +142,7 @@ impl Iterator for TraceIter {
                     );
                     row.detail = None;
                     return Some(Traced {
-                        row,
+                        row: Box::new(row),
                         verdict: Default::default(),
                     });
                 }
@@ -155,21 +158,21 @@ macro_rules! with_trace_columns {
         $then! { { $($args)* } [
             lsn: [PgLsn],
             end_lsn: [Option<PgLsn>],
-            record: [&'static str],
+            record: [StaticText],
             xid: [Option<Xid>],
-            branch: [Option<&'static str>],
-            state_before: [Option<&'static str>],
-            state: [&'static str],
+            branch: [Option<StaticText>],
+            state_before: [Option<StaticText>],
+            state: [StaticText],
             xmin: [Xid],
             xmax: [Xid],
             next_phase_at: [Xid],
             start_decoding_at: [PgLsn],
             running_xids: [Option<Vec<Xid>>],
             wait_xids: [Option<Vec<Xid>>],
-            level: [Option<&'static str>],
+            level: [Option<StaticText>],
             message: [Option<String>],
             detail: [Option<String>],
-            verdict: [Option<&'static str>],
+            verdict: [Option<StaticText>],
             decoded: [Option<bool>],
             timetravel: [Option<bool>],
             candidate_catalog_xmin: [Option<Xid>],
@@ -215,21 +218,21 @@ fn columns(t: &Traced, p: &BuilderParams) -> Columns {
     (
         r.lsn.into(),
         (!is_start).then(|| r.end_lsn.into()),
-        r.record,
+        StaticText(r.record),
         r.xid.map(Xid),
-        r.branch,
-        (!is_start).then(|| r.state_before.as_str()),
-        r.state.as_str(),
+        r.branch.map(StaticText),
+        (!is_start).then(|| StaticText(r.state_before.as_str())),
+        StaticText(r.state.as_str()),
         Xid(r.xmin),
         Xid(r.xmax),
         Xid(r.next_phase_at),
         r.start_decoding_at.into(),
         r.running_xids.as_deref().map(xids),
         r.wait_xids.as_deref().map(xids),
-        r.level,
+        r.level.map(StaticText),
         r.message.clone(),
         r.detail.clone(),
-        r.decode.map(|d| d.label()),
+        r.decode.map(|d| StaticText(d.label())),
         r.decode.map(|d| d.decoded()),
         r.commit
             .as_ref()

@@ -149,7 +149,47 @@ unsafe impl SqlTranslatable for JsonText {
         Ok(ReturnsRef::One(SqlMappingRef::literal("json")));
 }
 
-box_ret_via_into_datum!(Xid, PgLsn, PgName, JsonText);
+/// A `text` column value that is one of the extension's static strings (record names,
+/// states, branches, levels, verdicts): each distinct string is converted to a `text`
+/// datum once per backend, in TopMemoryContext, and that datum is reused for every row
+/// (heap_form_tuple copies it into the tuple). A backend holds one datum per distinct
+/// string, a bounded set (the literals in this library and pg_waldump's record names).
+#[derive(Clone, Copy, Debug)]
+pub struct StaticText(pub &'static str);
+
+impl IntoDatum for StaticText {
+    fn into_datum(self) -> Option<pg_sys::Datum> {
+        thread_local! {
+            static DATUMS: std::cell::RefCell<rustc_hash::FxHashMap<(usize, usize), usize>> =
+                Default::default();
+        }
+        let key = (self.0.as_ptr() as usize, self.0.len());
+        let d = DATUMS.with_borrow_mut(|m| {
+            *m.entry(key).or_insert_with(|| {
+                // SAFETY: TopMemoryContext lives as long as the backend; the text is
+                // never freed nor written to after this.
+                let d = unsafe {
+                    pgrx::PgMemoryContexts::TopMemoryContext.switch_to(|_| self.0.into_datum())
+                };
+                d.map_or(0, |d| d.value())
+            })
+        });
+        Some(pg_sys::Datum::from(d))
+    }
+    fn type_oid() -> pg_sys::Oid {
+        pg_sys::TEXTOID
+    }
+}
+
+unsafe impl SqlTranslatable for StaticText {
+    const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(StaticText);
+    const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
+    const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Ok(SqlMappingRef::literal("TEXT"));
+    const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
+        Ok(ReturnsRef::One(SqlMappingRef::literal("TEXT")));
+}
+
+box_ret_via_into_datum!(Xid, PgLsn, PgName, JsonText, StaticText);
 
 impl pgrx::FromDatum for Xid {
     unsafe fn from_polymorphic_datum(

@@ -461,10 +461,12 @@ impl Replay {
         restore: &mut dyn FnMut(Lsn) -> RestoreResult,
     ) -> Result<TraceRow, ReplayError> {
         let before = self.builder.state;
-        Ok(match self.feed_lean(head, payload, restore)? {
-            Some(row) => row,
-            None => self.row(head, before, None),
-        })
+        Ok(
+            match self.feed_lean(head, payload, restore).map_err(|e| *e)? {
+                Some(row) => *row,
+                None => self.row(head, before, None),
+            },
+        )
     }
 
     /// The row of a record [`Replay::feed_lean`] fed quietly (`Ok(None)`): the record and
@@ -477,7 +479,24 @@ impl Replay {
     /// would show beyond the builder as it stands (no branch, verdict or tracked set
     /// changed; the row [`Replay::quiet_row`] builds), so that most records (heap, btree,
     /// full-page images) cost no row at all. Same effects on the replay as `feed`.
+    ///
+    /// The row and the error come boxed: the result is moved up through the record loop
+    /// for every record, and a pointer moves cheaply where a whole row (300-odd bytes)
+    /// does not.
     pub fn feed_lean(
+        &mut self,
+        head: &RecordHead,
+        payload: &Payload,
+        restore: &mut dyn FnMut(Lsn) -> RestoreResult,
+    ) -> Result<Option<Box<TraceRow>>, Box<ReplayError>> {
+        match self.feed_unboxed(head, payload, restore) {
+            Ok(row) => Ok(row.map(Box::new)),
+            Err(e) => Err(Box::new(e)),
+        }
+    }
+
+    #[inline(always)]
+    fn feed_unboxed(
         &mut self,
         head: &RecordHead,
         payload: &Payload,
@@ -1283,8 +1302,12 @@ mod tests {
             )
             .unwrap();
             assert_eq!(r.builder.state, SnapBuildState::Consistent);
-            r.feed(&head(110, RecordKind::Change, 600), &Payload::None, &mut none)
-                .unwrap();
+            r.feed(
+                &head(110, RecordKind::Change, 600),
+                &Payload::None,
+                &mut none,
+            )
+            .unwrap();
             let row = r
                 .feed(
                     &head(120, RecordKind::Commit, 600),

@@ -275,6 +275,12 @@ pub struct ReorderModel {
     /// be answered; keyed by top-level xid, with their subtransactions pointing there.
     finished: HashMap<TransactionId, DecodingTxn>,
     finished_sub: HashMap<TransactionId, TransactionId>,
+    /// An xid known to be in `txns` (records of one transaction come in runs, so most
+    /// ReorderBufferProcessXid calls ask again for the last xid): 0 when none.
+    known: TransactionId,
+    /// An xid whose top-level transaction is known to have a base snapshot: 0 when none.
+    /// Both are forgotten whenever a transaction is let go of or reassigned.
+    based: TransactionId,
 }
 
 impl ReorderModel {
@@ -282,9 +288,10 @@ impl ReorderModel {
     /// (created with the current restart point; records arrive in LSN order, so a
     /// first-seen counter stands for `first_lsn`).
     pub fn process_xid(&mut self, xid: TransactionId, _lsn: Lsn) {
-        if !transam::is_valid(xid) {
+        if !transam::is_valid(xid) || xid == self.known {
             return;
         }
+        self.known = xid;
         if let std::collections::hash_map::Entry::Vacant(v) = self.txns.entry(xid) {
             let seq = self.next_seq;
             self.next_seq += 1;
@@ -304,6 +311,7 @@ impl ReorderModel {
         if !transam::is_valid(sub) || sub == top {
             return;
         }
+        (self.known, self.based) = (0, 0);
         match self.txns.get(&sub).map(|t| t.top) {
             Some(Some(_)) => return, // already a known subtransaction
             Some(None) => {
@@ -347,9 +355,11 @@ impl ReorderModel {
     /// Re-runs reorderbuffer.c ReorderBufferXidHasBaseSnapshot (asked of the top-level
     /// transaction for a known subtransaction).
     pub fn has_base_snapshot(&self, x: TransactionId) -> bool {
-        self.txns
-            .get(&self.toplevel_of(x))
-            .is_some_and(|t| t.base_snapshot.is_some())
+        (x == self.based && transam::is_valid(x))
+            || self
+                .txns
+                .get(&self.toplevel_of(x))
+                .is_some_and(|t| t.base_snapshot.is_some())
     }
 
     /// Re-runs reorderbuffer.c ReorderBufferSetBaseSnapshot.
@@ -358,6 +368,7 @@ impl ReorderModel {
         let top = self.toplevel_of(x);
         if let Some(t) = self.txns.get_mut(&top) {
             t.base_snapshot.get_or_insert((lsn, snapshot_xmin));
+            self.based = x;
         }
     }
 
@@ -436,6 +447,7 @@ impl ReorderModel {
 
     /// Re-runs reorderbuffer.c ReorderBufferCleanupTXN for `xid` (and its subxacts).
     pub fn cleanup(&mut self, xid: TransactionId) {
+        (self.known, self.based) = (0, 0);
         if let Some(t) = self.txns.remove(&xid) {
             for s in t.subxacts {
                 self.txns.remove(&s);

@@ -279,7 +279,7 @@ fn two_phase_protocol_on_random_histories() {
                 };
                 let row = replay.feed(&h, &payload, &mut none).unwrap();
                 let lean_row = match lean.feed_lean(&h, &payload, &mut none).unwrap() {
-                    Some(r) => r,
+                    Some(r) => *r,
                     None => {
                         assert!(!row.interesting, "seed {seed}: feed_lean dropped a row");
                         lean.quiet_row(&h)
