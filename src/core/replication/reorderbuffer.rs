@@ -670,6 +670,32 @@ mod tests {
     use crate::include::snapshot::INVALID_COMMAND_ID;
     use crate::include::xlogdefs::Lsn;
 
+    /// The remembered last xid and base snapshot never answer for a transaction that was
+    /// let go of or reassigned since.
+    #[test]
+    fn remembered_xid_and_base_snapshot_follow_cleanup_and_assignment() {
+        let mut m = ReorderModel::default();
+        m.process_xid(700, Lsn(10));
+        m.set_base_snapshot(700, Lsn(10), 690);
+        assert!(m.knows(700) && m.has_base_snapshot(700));
+        m.cleanup(700);
+        assert!(!m.knows(700) && !m.has_base_snapshot(700));
+        // Known again after being let go of (same xid, e.g. a two-phase xid met again).
+        m.process_xid(700, Lsn(20));
+        assert!(m.knows(700) && !m.has_base_snapshot(700));
+        assert_eq!(m.oldest_txn().map(|t| t.0), Some(700));
+        // A subtransaction with the base snapshot: assigned to its parent, the parent has it,
+        // and letting the parent go forgets both.
+        m.process_xid(702, Lsn(30));
+        m.set_base_snapshot(702, Lsn(30), 695);
+        m.assign_child(701, 702, Lsn(40));
+        assert!(m.has_base_snapshot(701) && m.has_base_snapshot(702));
+        m.cleanup(701);
+        assert!(!m.knows(702) && !m.has_base_snapshot(702) && !m.has_base_snapshot(701));
+        m.process_xid(702, Lsn(50));
+        assert!(m.knows(702) && !m.has_base_snapshot(702));
+    }
+
     #[test]
     fn tuple_cid_hash_keeps_first_cmin_and_last_cmax() {
         let k = TupleCidKey {
