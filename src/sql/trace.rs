@@ -11,7 +11,7 @@ use snapbuild_core::{BuilderParams, TraceRow};
 
 use crate::adapter::{raise, raise_with_hint};
 use crate::context::{self, judge, DecodingContext, OtherWriters, RangeArgs, ReplayInput, Traced};
-use crate::sql::types::{xids, JsonText, PgLsn, PgName, StaticText, Xid};
+use crate::sql::types::{xids, JsonText, PgLsn, PgName, StaticText, StaticTexts, Xid};
 
 /// The replay of a [`ReplayInput`], run lazily: each `next()` runs the record loop until
 /// a record yields a row, so a trace holds the builder's state and one record at a time,
@@ -210,7 +210,7 @@ macro_rules! trace_function {
 }
 
 /// One trace row as the columns above.
-fn columns(t: &Traced, p: &BuilderParams) -> Columns {
+fn columns(t: &Traced, p: &BuilderParams, texts: &mut StaticTexts) -> Columns {
     let r = &t.row;
     let v = &t.verdict;
     let is_start = r.record == "REPLAY START";
@@ -218,21 +218,21 @@ fn columns(t: &Traced, p: &BuilderParams) -> Columns {
     (
         r.lsn.into(),
         (!is_start).then(|| r.end_lsn.into()),
-        StaticText(r.record),
+        texts.get(r.record),
         r.xid.map(Xid),
-        r.branch.map(StaticText),
-        (!is_start).then(|| StaticText(r.state_before.as_str())),
-        StaticText(r.state.as_str()),
+        r.branch.map(|b| texts.get(b)),
+        (!is_start).then(|| texts.get(r.state_before.as_str())),
+        texts.get(r.state.as_str()),
         Xid(r.xmin),
         Xid(r.xmax),
         Xid(r.next_phase_at),
         r.start_decoding_at.into(),
         r.running_xids.as_deref().map(xids),
         r.wait_xids.as_deref().map(xids),
-        r.level.map(StaticText),
+        r.level.map(|l| texts.get(l)),
         r.message.clone(),
         r.detail.clone(),
-        r.decode.map(|d| StaticText(d.label())),
+        r.decode.map(|d| texts.get(d.label())),
         r.decode.map(|d| d.decoded()),
         r.commit
             .as_ref()
@@ -255,7 +255,8 @@ fn columns(t: &Traced, p: &BuilderParams) -> Columns {
 
 fn to_table(rows: TraceIter) -> TableIterator<'static, Columns> {
     let p = rows.ctx.input.params.clone();
-    TableIterator::new(rows.map(move |t| columns(&t, &p)))
+    let mut texts = StaticTexts::new(rows.ctx.memory_context());
+    TableIterator::new(rows.map(move |t| columns(&t, &p, &mut texts)))
 }
 
 with_trace_columns!(trace_function! {

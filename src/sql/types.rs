@@ -149,32 +149,13 @@ unsafe impl SqlTranslatable for JsonText {
         Ok(ReturnsRef::One(SqlMappingRef::literal("json")));
 }
 
-/// A `text` column value that is one of the extension's static strings (record names,
-/// states, branches, levels, verdicts): each distinct string is converted to a `text`
-/// datum once per backend, in TopMemoryContext, and that datum is reused for every row
-/// (heap_form_tuple copies it into the tuple). A backend holds one datum per distinct
-/// string, a bounded set (the literals in this library and pg_waldump's record names).
+/// A `text` column value already converted to a datum (by [`StaticTexts`]).
 #[derive(Clone, Copy, Debug)]
-pub struct StaticText(pub &'static str);
+pub struct StaticText(pg_sys::Datum);
 
 impl IntoDatum for StaticText {
     fn into_datum(self) -> Option<pg_sys::Datum> {
-        thread_local! {
-            static DATUMS: std::cell::RefCell<rustc_hash::FxHashMap<(usize, usize), usize>> =
-                Default::default();
-        }
-        let key = (self.0.as_ptr() as usize, self.0.len());
-        let d = DATUMS.with_borrow_mut(|m| {
-            *m.entry(key).or_insert_with(|| {
-                // SAFETY: TopMemoryContext lives as long as the backend; the text is
-                // never freed nor written to after this.
-                let d = unsafe {
-                    pgrx::PgMemoryContexts::TopMemoryContext.switch_to(|_| self.0.into_datum())
-                };
-                d.map_or(0, |d| d.value())
-            })
-        });
-        Some(pg_sys::Datum::from(d))
+        Some(self.0)
     }
     fn type_oid() -> pg_sys::Oid {
         pg_sys::TEXTOID
@@ -187,6 +168,41 @@ unsafe impl SqlTranslatable for StaticText {
     const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Ok(SqlMappingRef::literal("TEXT"));
     const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
         Ok(ReturnsRef::One(SqlMappingRef::literal("TEXT")));
+}
+
+/// The `text` datums of the static strings (record names, states, branches, levels,
+/// verdicts) one set-returning call puts in its rows: each distinct string is converted
+/// once, in memory context `mcx` (the call's multi-call context, which outlives every row),
+/// and the same datum is reused (heap_form_tuple copies it into each tuple). Holds one
+/// datum per distinct string, a bounded set.
+pub struct StaticTexts {
+    mcx: pg_sys::MemoryContext,
+    datums: rustc_hash::FxHashMap<(usize, usize), pg_sys::Datum>,
+}
+
+impl StaticTexts {
+    /// Datums allocated in `mcx`, which must live as long as the rows are being built.
+    pub fn new(mcx: pg_sys::MemoryContext) -> Self {
+        StaticTexts {
+            mcx,
+            datums: Default::default(),
+        }
+    }
+
+    /// The datum of `s`.
+    pub fn get(&mut self, s: &'static str) -> StaticText {
+        let mcx = self.mcx;
+        StaticText(
+            *self
+                .datums
+                .entry((s.as_ptr() as usize, s.len()))
+                .or_insert_with(|| {
+                    // SAFETY: mcx is a live memory context (see `new`).
+                    unsafe { pgrx::PgMemoryContexts::For(mcx).switch_to(|_| s.into_datum()) }
+                        .unwrap_or(pg_sys::Datum::from(0))
+                }),
+        )
+    }
 }
 
 box_ret_via_into_datum!(Xid, PgLsn, PgName, JsonText, StaticText);
