@@ -17,7 +17,7 @@ use crate::include::xlogdefs::{Lsn, INVALID_LSN};
 use crate::include::xlogrecord::XLR_INFO_MASK;
 use crate::replication::reorderbuffer::{historic_view, HistoricView, TxnStatus};
 use crate::replication::snapbuild::{
-    Branch, BuilderParams, CommitVerdict, RestoreResult, SerializeContext, SnapBuild, Step,
+    Branch, BuilderParams, CommitVerdict, Level, RestoreResult, SerializeContext, SnapBuild, Step,
 };
 use crate::replication::snapbuild_ondisk::{OnDiskError, SnapBuildOnDisk};
 
@@ -284,6 +284,16 @@ pub const NOTE_CALLBACK_DURING_CREATION: &str = "postgres-behaviour: output plug
 pub const NOTE_CATALOG_CHANGE_BEFORE_FULL: &str =
     "postgres-behaviour: catalog change made before FULL_SNAPSHOT, committed in FULL_SNAPSHOT: \
      not time-travel; historic snapshots treat the transaction as running until xmin passes it";
+
+/// The DEBUG1 lines snapbuild.c SnapBuildCommitTxn logs for the catalog-changing
+/// subtransactions `subs` of committing `top`, one per line in the commit record's order
+/// (`found subtransaction X:S with catalog changes`).
+pub fn subtransaction_messages(top: TransactionId, subs: &[TransactionId]) -> String {
+    subs.iter()
+        .map(|s| format!("found subtransaction {top}:{s} with catalog changes"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
 
 /// Why the replay stopped early: the server would have raised this ERROR here.
 #[derive(Clone, Debug)]
@@ -568,6 +578,15 @@ impl Replay {
                     && v == CommitVerdict::NotCatalogChanging
                 {
                     row.note = Some(NOTE_CATALOG_CHANGE_BEFORE_FULL.to_owned());
+                }
+                if let CommitVerdict::Timetravel {
+                    catalog_subxacts, ..
+                } = &v
+                {
+                    if !catalog_subxacts.is_empty() {
+                        row.level = Some(Level::Debug1.as_str());
+                        row.message = Some(subtransaction_messages(*x, catalog_subxacts));
+                    }
                 }
                 row.commit = Some(v);
                 row.decode = Some(d);
@@ -1534,7 +1553,8 @@ mod tests {
             v,
             CommitVerdict::Timetravel {
                 xmax_advanced: true,
-                forced: false
+                forced: false,
+                catalog_subxacts: Vec::new(),
             }
         );
         assert_eq!(b.xmax, 703);
@@ -1558,7 +1578,13 @@ mod tests {
         assert!(b.reorder.has_catalog_changes(710));
         // Serialized while running: both are in catchange.
         assert_eq!(b.reorder.catalog_changes_xacts(), vec![710, 711]);
-        b.commit(Lsn(5), 710, &[711], true, 0, 5);
+        b.reorder.assign_child(710, 712, Lsn(4));
+        let (v, _) = b.commit(Lsn(5), 710, &[712, 711], true, 0, 5);
+        // Only 711 changed the catalog: the server logs `found subtransaction 710:711`.
+        assert!(matches!(
+            v,
+            CommitVerdict::Timetravel { ref catalog_subxacts, .. } if *catalog_subxacts == [711]
+        ));
         assert_eq!(b.committed_xip, vec![711, 710]);
         assert_eq!(b.xmax, 712);
         assert!(b.reorder.is_empty());

@@ -156,7 +156,14 @@ pub enum CommitVerdict {
     /// Not catalog-modifying: `includes_all_transactions` becomes false.
     NotCatalogChanging,
     /// Added to `committed` (time travel); `xmax_advanced` says whether xmax moved.
-    Timetravel { xmax_advanced: bool, forced: bool },
+    /// `catalog_subxacts`: the subtransactions SnapBuildCommitTxn found catalog-changing,
+    /// in the commit record's order (one DEBUG1 `found subtransaction X:S with catalog
+    /// changes` line each, logged before the top-level transaction is looked at).
+    Timetravel {
+        xmax_advanced: bool,
+        forced: bool,
+        catalog_subxacts: Vec<TransactionId>,
+    },
 }
 
 /// What the serialized xmin rests on: the last RUNNING_XACTS the builder processed, and
@@ -690,6 +697,7 @@ impl SnapBuild {
         let mut sub_needs_timetravel = false;
         let mut needs_snapshot = false;
         let mut xmax = x;
+        let mut catalog_subxacts = Vec::new();
         if self.state == SnapBuildState::Start
             || (self.state == SnapBuildState::BuildingSnapshot
                 && transam::precedes(x, self.next_phase_at))
@@ -711,6 +719,8 @@ impl SnapBuild {
             if self.xid_has_catalog_changes(sub, has_invals) {
                 sub_needs_timetravel = true;
                 needs_snapshot = true;
+                // The server logs this subtransaction at DEBUG1 here.
+                catalog_subxacts.push(sub);
                 self.add_committed_txn(sub);
                 if transam::normal_follows(sub, xmax) {
                     xmax = sub;
@@ -756,6 +766,7 @@ impl SnapBuild {
         CommitVerdict::Timetravel {
             xmax_advanced,
             forced,
+            catalog_subxacts,
         }
     }
 
