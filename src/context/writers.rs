@@ -5,10 +5,11 @@
 //! restarted at one of the `.snap` files still on disk writes exactly the server's file.
 
 use snapbuild_core::compare::{writes_same_file, DebugLines, LogLines, LogWriters, LoggedWriter};
+use snapbuild_core::replication::snapbuild::CommitVerdict;
 use snapbuild_core::server_log::{
-    candidate_lines_for, decoders, lines_at, lines_for, message_lsn, same_start_logs_debug,
-    writers_of, Candidates, InvalidationLine, LineIndex, LogEvent, LoggedDecoder, Writers,
-    SKIPPING,
+    candidate_lines_for, decoders, lines_at, lines_for, message_lsn, same_start_logged_debug_past,
+    same_start_logs_debug, serializing_lines_for, subtransaction_lines_for, writers_of, Candidates,
+    InvalidationLine, LineIndex, LogEvent, LoggedDecoder, Writers, SKIPPING,
 };
 use snapbuild_core::{BuilderParams, Lsn, SnapBuildOnDisk, TraceRow};
 
@@ -188,9 +189,12 @@ impl OtherWriters {
 
     /// What the server log says at DEBUG1 about `row`: the slot-candidate lines decoders
     /// logged for its record (RUNNING_XACTS rows with a candidate,
-    /// `snapbuild_core::server_log::candidate_lines_for`), whether a decoder that started
-    /// as this replay did logged at DEBUG1, and the server's `log_min_messages` when above
-    /// debug1. `NotAsked` for other rows, and when the log cannot be read.
+    /// `snapbuild_core::server_log::candidate_lines_for`), the `found subtransaction`
+    /// lines of a commit row's transaction (`subtransaction_lines_for`), the `serializing
+    /// snapshot to` lines of the record's `.snap` file on rows that may serialize
+    /// (`serializing_lines_for`), whether a decoder that started as this replay did
+    /// logged at DEBUG1 (and past this record), and the server's `log_min_messages` when
+    /// above debug1. `NotAsked` for other rows, and when the log cannot be read.
     pub fn debug_lines_for(&mut self, row: &TraceRow) -> DebugLines {
         let skip = row
             .message
@@ -201,7 +205,13 @@ impl OtherWriters {
             (Some((at, _)), _) | (None, Some((at, _))) => Some(at),
             (None, None) => row.running_xids.is_some().then_some(row.lsn),
         };
-        if !skip && at.is_none() {
+        let commit_of = row.commit.as_ref().and(row.xid);
+        let may_serialize = row.serialized.is_some()
+            || row.running_xids.is_some()
+            || row
+                .branch
+                .is_some_and(|b| b.starts_with("serialization point"));
+        if !skip && at.is_none() && commit_of.is_none() && !may_serialize {
             return DebugLines::NotAsked;
         }
         let level_above_debug1 = log_min_messages_above_debug1();
@@ -228,8 +238,38 @@ impl OtherWriters {
             ),
             None => Vec::new(),
         };
+        let subs = match &row.commit {
+            Some(CommitVerdict::Timetravel {
+                catalog_subxacts, ..
+            }) => catalog_subxacts.as_slice(),
+            _ => &[],
+        };
+        let subtransactions = match commit_of {
+            Some(top) => subtransaction_lines_for(ds, Some(ix), top, subs, start, first, creation),
+            None => Vec::new(),
+        };
+        // Asked only where it can matter: the replay finds some and no such line is there.
+        let same_start_passed = !subs.is_empty()
+            && !subtransactions.iter().any(|m| m.may_refute)
+            && same_start_logged_debug_past(ds, row.lsn, start, first, creation);
+        let serializing = if may_serialize {
+            serializing_lines_for(
+                ds,
+                Some(ix),
+                row.lsn,
+                row.serialized.is_some(),
+                start,
+                first,
+                creation,
+            )
+        } else {
+            Vec::new()
+        };
         DebugLines::Lines {
             candidates,
+            subtransactions,
+            serializing,
+            same_start_passed,
             same_start_logs_debug: same_start_logs_debug(ds, start, first),
             level_above_debug1,
         }

@@ -108,12 +108,14 @@ impl BuilderLine {
 
     /// The LSN of the record the line is about: `… at X/Y` of the LOG lines, of
     /// `skipping snapshot at`, of `got new catalog xmin` and `got new restart lsn`, the
-    /// `after` of `failed to increase restart lsn` (`None` for `found subtransaction`,
-    /// which names transactions, not a record).
+    /// `after` of `failed to increase restart lsn`, the file name's LSN of `serializing
+    /// snapshot to` (`None` for `found subtransaction`, which names transactions, not a
+    /// record: see [`subtransaction`]).
     pub fn lsn(&self) -> Option<Lsn> {
         match debug_kind(&self.message) {
             Some(DebugKind::RestartCandidate) => restart_candidate(&self.message).map(|(_, at)| at),
             Some(DebugKind::Subtransaction) => None,
+            Some(DebugKind::Serialize) => serializing(&self.message),
             _ => message_lsn(&self.message),
         }
     }
@@ -132,15 +134,24 @@ pub enum LineLevel {
 /// (the same texts in 14-18; `got new catalog xmin` is printed from 15 on):
 /// snapbuild.c SnapBuildFindSnapshot's xmin-horizon pre-filter (with a DETAIL naming both
 /// xids), SnapBuildCommitTxn's catalog-changing subtransactions, logical.c
-/// LogicalIncreaseRestartDecodingForSlot's accepted and refused restart candidates and
-/// LogicalIncreaseXminForSlot's accepted catalog xmin candidate.
-pub const DEBUG_PREFIXES: [&str; 5] = [
+/// LogicalIncreaseRestartDecodingForSlot's accepted and refused restart candidates,
+/// LogicalIncreaseXminForSlot's accepted catalog xmin candidate, and snapbuild.c
+/// SnapBuildSerialize's `serializing snapshot to pg_logical/snapshots/X-Y.snap` (printed
+/// only by the decoder that writes the file: one that finds it already there says nothing).
+pub const DEBUG_PREFIXES: [&str; 6] = [
     SKIPPING,
     "found subtransaction ",
     "got new restart lsn ",
     "failed to increase restart lsn: proposed ",
     "got new catalog xmin ",
+    SERIALIZING,
 ];
+
+/// snapbuild.c SnapBuildSerialize's DEBUG1 message, before the file's path.
+pub const SERIALIZING: &str = "serializing snapshot to ";
+
+/// The directory of `.snap` files as the server names them (PG_LOGICAL_SNAPSHOTS_DIR).
+const SNAPSHOTS_DIR: &str = "pg_logical/snapshots/";
 
 /// snapbuild.c SnapBuildFindSnapshot's DEBUG1 pre-filter message.
 pub const SKIPPING: &str = "skipping snapshot at ";
@@ -158,6 +169,9 @@ pub enum DebugKind {
     RestartCandidate,
     /// `got new catalog xmin X at L`: the catalog xmin candidate proposed at L.
     XminCandidate,
+    /// `serializing snapshot to pg_logical/snapshots/X-Y.snap`: this decoder wrote the
+    /// `.snap` file of the record at X/Y.
+    Serialize,
 }
 
 /// The kind of a DEBUG1 builder message (`None`: not one of [`DEBUG_PREFIXES`]).
@@ -170,6 +184,8 @@ pub fn debug_kind(message: &str) -> Option<DebugKind> {
         Some(DebugKind::RestartCandidate)
     } else if message.starts_with(DEBUG_PREFIXES[4]) {
         Some(DebugKind::XminCandidate)
+    } else if message.starts_with(SERIALIZING) {
+        Some(DebugKind::Serialize)
     } else {
         None
     }
@@ -202,6 +218,17 @@ pub fn subtransaction(message: &str) -> Option<(u32, u32)> {
     let (pair, _) = rest.split_once(' ')?;
     let (x, s) = pair.split_once(':')?;
     Some((x.parse().ok()?, s.parse().ok()?))
+}
+
+/// The LSN of the file `serializing snapshot to pg_logical/snapshots/X-Y.snap` names (the
+/// record the decoder serialized at).
+pub fn serializing(message: &str) -> Option<Lsn> {
+    let name = message
+        .strip_prefix(SERIALIZING)?
+        .strip_prefix(SNAPSHOTS_DIR)?;
+    let (hi, lo) = name.strip_suffix(".snap")?.split_once('-')?;
+    let v = (u64::from_str_radix(hi, 16).ok()? << 32) | u64::from_str_radix(lo, 16).ok()?;
+    Some(Lsn(v))
 }
 
 /// logical.c DecodingContextFindStartpoint's DEBUG1 line: a decoder creating a slot
@@ -965,23 +992,126 @@ pub fn lines_for(
 pub struct LineIndex {
     /// LSN -> (decoder, DEBUG1 line or not, line), in the order a scan finds them.
     map: std::collections::HashMap<Lsn, Vec<(usize, bool, usize)>>,
+    /// Top-level xid -> (decoder, DEBUG1 line) of the `found subtransaction` lines.
+    by_top_xid: std::collections::HashMap<u32, Vec<(usize, usize)>>,
 }
 
 impl LineIndex {
     pub fn new(decoders: &[LoggedDecoder]) -> LineIndex {
         let mut map: std::collections::HashMap<Lsn, Vec<(usize, bool, usize)>> =
             std::collections::HashMap::new();
+        let mut by_top_xid: std::collections::HashMap<u32, Vec<(usize, usize)>> =
+            std::collections::HashMap::new();
         for (d, dec) in decoders.iter().enumerate() {
             for (debug, lines) in [(false, &dec.lines), (true, &dec.debug)] {
                 for (i, l) in lines.iter().enumerate() {
                     if let Some(lsn) = l.lsn() {
                         map.entry(lsn).or_default().push((d, debug, i));
+                    } else if let (true, Some((top, _))) = (debug, subtransaction(&l.message)) {
+                        by_top_xid.entry(top).or_default().push((d, i));
                     }
                 }
             }
         }
-        LineIndex { map }
+        LineIndex { map, by_top_xid }
     }
+}
+
+/// The `found subtransaction X:S with catalog changes` lines (snapbuild.c
+/// SnapBuildCommitTxn, DEBUG1) decoders logged for the commit of `top`, each equal when
+/// the replay found S catalog-changing there too (`replay_subxacts`), for a replay
+/// starting at `start` (first builder message at `first_message_lsn`, in creation mode or
+/// not). A decoder logs one line per catalog-changing subtransaction the commit record
+/// lists, all before it looks at the top-level transaction, so a decoder's lines for a
+/// commit are the whole set it found.
+pub fn subtransaction_lines_for(
+    decoders: &[LoggedDecoder],
+    index: Option<&LineIndex>,
+    top: u32,
+    replay_subxacts: &[u32],
+    start: Lsn,
+    first_message_lsn: Option<Lsn>,
+    replay_in_creation: bool,
+) -> Vec<LogLineMatch> {
+    let found: Vec<(&LoggedDecoder, &BuilderLine)> = match index {
+        Some(ix) => ix
+            .by_top_xid
+            .get(&top)
+            .map(|v| {
+                v.iter()
+                    .filter_map(|&(d, i)| {
+                        let dec = decoders.get(d)?;
+                        Some((dec, dec.debug.get(i)?))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        None => decoders
+            .iter()
+            .flat_map(|d| d.debug.iter().map(move |l| (d, l)))
+            .filter(|(_, l)| subtransaction(&l.message).is_some_and(|(x, _)| x == top))
+            .collect(),
+    };
+    found
+        .into_iter()
+        .filter_map(|(d, l)| {
+            let (_, sub) = subtransaction(&l.message)?;
+            let (same_start, may_refute) = d.judges(start, first_message_lsn, replay_in_creation);
+            Some(LogLineMatch {
+                equal: replay_subxacts.contains(&sub),
+                line: l.clone(),
+                same_start,
+                may_refute,
+            })
+        })
+        .collect()
+}
+
+/// The `serializing snapshot to pg_logical/snapshots/X-Y.snap` lines (snapbuild.c
+/// SnapBuildSerialize, DEBUG1) decoders logged for the record at `lsn`: the decoder that
+/// wrote the file there (more than one only when two raced to write it). Each is equal
+/// when the replay serializes at that record too (`replay_serializes`); a decoder that
+/// found the file already written logs nothing, so no line says nothing about the replay.
+pub fn serializing_lines_for(
+    decoders: &[LoggedDecoder],
+    index: Option<&LineIndex>,
+    lsn: Lsn,
+    replay_serializes: bool,
+    start: Lsn,
+    first_message_lsn: Option<Lsn>,
+    replay_in_creation: bool,
+) -> Vec<LogLineMatch> {
+    lines_about(decoders, index, lsn)
+        .into_iter()
+        .filter(|(_, l)| {
+            l.level == LineLevel::Debug1 && debug_kind(&l.message) == Some(DebugKind::Serialize)
+        })
+        .map(|(d, l)| {
+            let (same_start, may_refute) = d.judges(start, first_message_lsn, replay_in_creation);
+            LogLineMatch {
+                equal: replay_serializes,
+                line: l.clone(),
+                same_start,
+                may_refute,
+            }
+        })
+        .collect()
+}
+
+/// Whether a decoder whose lines could refute a replay from `start` ([`LogLineMatch`]'s
+/// `may_refute`) logged a DEBUG1 line about a record after `lsn`: it read past `lsn` while
+/// logging at DEBUG1, so a DEBUG1 line it would print at `lsn` is in the log.
+pub fn same_start_logged_debug_past(
+    decoders: &[LoggedDecoder],
+    lsn: Lsn,
+    start: Lsn,
+    first_message_lsn: Option<Lsn>,
+    replay_in_creation: bool,
+) -> bool {
+    decoders.iter().any(|d| {
+        d.judges(start, first_message_lsn, replay_in_creation).1
+            && d.debug.iter().any(|l| l.lsn().is_some_and(|at| at > lsn))
+    })
 }
 
 /// The lines about the record at `lsn`, decoder by decoder (its LOG lines, then its DEBUG1
@@ -1407,22 +1537,80 @@ mod tests {
                 .map(|l| debug_kind(&l.message))
                 .collect::<Vec<_>>(),
             vec![
+                Some(DebugKind::Serialize),
                 Some(DebugKind::Subtransaction),
                 Some(DebugKind::XminCandidate),
                 Some(DebugKind::RestartCandidate)
             ]
         );
+        assert_eq!(restarted.debug[0].lsn(), Some(Lsn(0x1710060)));
         assert_eq!(
-            subtransaction(&restarted.debug[0].message),
+            subtransaction(&restarted.debug[1].message),
             Some((754, 755))
         );
-        assert_eq!(restarted.debug[0].lsn(), None);
+        assert_eq!(restarted.debug[1].lsn(), None);
+        // By the commit's transaction: the restarted decoder's line, judged against what a
+        // replay from its start found.
+        let ix = LineIndex::new(&ds);
+        for index in [Some(&ix), None] {
+            let m = subtransaction_lines_for(
+                &ds,
+                index,
+                754,
+                &[755],
+                Lsn(0x170FFA8),
+                Some(Lsn(0x170FFA8)),
+                false,
+            );
+            assert_eq!(m.len(), 1);
+            assert!(m[0].equal && m[0].same_start && m[0].may_refute);
+            assert!(
+                !subtransaction_lines_for(&ds, index, 754, &[], Lsn(0x170FFA8), None, false)[0]
+                    .equal
+            );
+            assert!(
+                subtransaction_lines_for(&ds, index, 755, &[], Lsn(0x170FFA8), None, false)
+                    .is_empty()
+            );
+            let w = serializing_lines_for(
+                &ds,
+                index,
+                Lsn(0x1710060),
+                true,
+                Lsn(0x170FFA8),
+                None,
+                false,
+            );
+            assert_eq!(w.len(), 1);
+            assert!(w[0].equal && w[0].may_refute && w[0].line.pid == Some(17085));
+            // Not a builder verdict on the record, nor a candidate.
+            assert!(lines_at(&ds, index, Lsn(0x1710060), Lsn(0x170FFA8), None, false).is_empty());
+        }
+        assert!(same_start_logged_debug_past(
+            &ds,
+            Lsn(0x1710060),
+            Lsn(0x170FFA8),
+            None,
+            false
+        ));
+        assert!(!same_start_logged_debug_past(
+            &ds,
+            Lsn(0x1718440),
+            Lsn(0x170FFA8),
+            None,
+            false
+        ));
         assert_eq!(
-            xmin_candidate(&restarted.debug[1].message),
+            serializing("serializing snapshot to pg_logical/snapshots/1A-2B3C.snap"),
+            Some(Lsn(0x1A_0000_2B3C))
+        );
+        assert_eq!(serializing("serializing snapshot to 0-1.snap"), None);
+        assert_eq!(
+            xmin_candidate(&restarted.debug[2].message),
             Some((757, Lsn(0x1718440)))
         );
         assert_eq!(
-            restart_candidate(&restarted.debug[2].message),
+            restart_candidate(&restarted.debug[3].message),
             Some((Lsn(0x1718440), Lsn(0x1718440)))
         );
         // The refusal, as logical.c's format prints it (none was captured).
