@@ -511,8 +511,56 @@ fn builder_line_lsn(e: &LogEntry) -> Option<u64> {
         "DEBUG" => !e.message.starts_with("logical decoding found"),
         _ => false,
     };
-    ok.then(|| re.captures(&e.message).map(|m| parse_lsn(&m[1])))
+    if !ok {
+        return None;
+    }
+    if let Some(l) = e
+        .level
+        .eq("DEBUG")
+        .then(|| serialized_file_lsn(&e.message))
         .flatten()
+    {
+        return Some(l);
+    }
+    re.captures(&e.message).map(|m| parse_lsn(&m[1]))
+}
+
+/// The LSN of the `.snap` file a DEBUG1 `serializing snapshot to
+/// pg_logical/snapshots/X-Y.snap` line names (SnapBuildSerialize: the record serialized at).
+fn serialized_file_lsn(message: &str) -> Option<u64> {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let re = RE.get_or_init(|| {
+        regex::Regex::new(
+            r"^serializing snapshot to pg_logical/snapshots/([0-9A-F]+)-([0-9A-F]+)\.snap$",
+        )
+        .unwrap()
+    });
+    re.captures(message)
+        .map(|m| parse_lsn(&format!("{}/{}", &m[1], &m[2])))
+}
+
+/// `(X, S)` of a DEBUG1 `found subtransaction X:S with catalog changes` line
+/// (SnapBuildCommitTxn), which names transactions rather than a record.
+fn subtransaction_line(e: &LogEntry) -> Option<(u64, u64)> {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let re = RE.get_or_init(|| {
+        regex::Regex::new(r"^found subtransaction (\d+):(\d+) with catalog changes$").unwrap()
+    });
+    (e.level == "DEBUG")
+        .then(|| re.captures(&e.message))
+        .flatten()
+        .map(|m| (m[1].parse().unwrap(), m[2].parse().unwrap()))
+}
+
+/// The rows, anywhere in the trace, whose `server_source` names the DEBUG1 line `e`.
+fn rows_naming_anywhere<'a>(rows: &'a [TraceRow], e: &LogEntry) -> Vec<&'a TraceRow> {
+    let label = format!(
+        "server log: pid {} at {} (DEBUG \"{}\")",
+        e.pid, e.at, e.message
+    );
+    rows.iter()
+        .filter(|r| js(&r.raw, "server_source").is_some_and(|s| s.contains(&label)))
+        .collect()
 }
 
 /// f7 (issue 13): every builder line the server wrote for a traced range, LOG and DEBUG1
@@ -626,12 +674,16 @@ fn f7_every_log_line_matched_to_one_row_across_decoders() {
         // it, so the first get_changes moves restart_lsn to a serialization point that is
         // not branch a, and the second restores the `.snap` file there (branch b).
         let holder = OpenXact::begin(&env, "pgsnap-f7-hold");
+        c.batch_execute("DROP TABLE IF EXISTS pgsnap_f7_t").unwrap();
+        // The commit of the transaction whose subtransaction changes the catalog lies in
+        // [ddl_from, ddl_to] (the server's `found subtransaction` lines name no record).
+        let ddl_from = insert_lsn(&mut c);
         c.batch_execute(
-            "DROP TABLE IF EXISTS pgsnap_f7_t; \
-             BEGIN; SAVEPOINT s; CREATE TABLE pgsnap_f7_t(a int); RELEASE s; COMMIT; \
+            "BEGIN; SAVEPOINT s; CREATE TABLE pgsnap_f7_t(a int); RELEASE s; COMMIT; \
              INSERT INTO pgsnap_f7_t VALUES (1)",
         )
         .unwrap();
+        let ddl_to = insert_lsn(&mut c);
         env.log_standby_snapshot(&mut c);
         c.batch_execute("INSERT INTO pgsnap_f7_t VALUES (2)")
             .unwrap();
@@ -727,16 +779,78 @@ fn f7_every_log_line_matched_to_one_row_across_decoders() {
                     }
                 }
             }
+            // `found subtransaction X:S` lines: named by the commit row of X, found by
+            // the line's label anywhere in the trace.
+            let (inside, outside) = (
+                ddl_from >= first && ddl_to <= last,
+                ddl_to < first || ddl_from > last,
+            );
+            let mut sub_lines = 0;
+            for e in entries.iter().filter(|e| pids.contains(&e.pid)) {
+                let Some((top, _)) = subtransaction_line(e) else {
+                    continue;
+                };
+                let holders = rows_naming_anywhere(&rows, e);
+                let want = if inside {
+                    1
+                } else if outside {
+                    0
+                } else {
+                    holders.len().min(1)
+                };
+                if holders.len() != want {
+                    fails.push(format!(
+                        "{} [{}] {}: matched to {} rows, expected {want} (commit in {}..{})",
+                        e.at,
+                        e.pid,
+                        e.message,
+                        holders.len(),
+                        fmt_lsn(ddl_from),
+                        fmt_lsn(ddl_to)
+                    ));
+                    continue;
+                }
+                let Some(h) = holders.first() else {
+                    continue;
+                };
+                sub_lines += 1;
+                matched += 1;
+                if h.record != "COMMIT"
+                    || h.xid != Some(top)
+                    || !h.lsn.is_some_and(|l| (ddl_from..=ddl_to).contains(&l))
+                {
+                    fails.push(format!(
+                        "{} [{}] {}: named by {} of {:?} at {:?}, not the commit of {top}",
+                        e.at, e.pid, e.message, h.record, h.xid, h.lsn
+                    ));
+                } else if same.contains(&e.pid) {
+                    if h.agrees == Some(true) {
+                        agreeing += 1;
+                    } else {
+                        fails.push(format!(
+                            "{} [{}] {}: the commit row of a same-start decoder has agrees = {:?} ({:?})",
+                            e.at, e.pid, e.message, h.agrees, h.disagreement
+                        ));
+                    }
+                }
+            }
             let in_range = lines
                 .iter()
                 .filter(|(l, _)| (first..=last).contains(l))
-                .count();
+                .count()
+                + sub_lines;
             println!(
-                "pgsnap-counts: f7 PG{} {format} from {start}: {in_range} server lines in range ({} DEBUG), {matched} matched to one row, {agreeing} rows agreeing from a same-start decoder's line",
+                "pgsnap-counts: f7 PG{} {format} from {start}: {in_range} server lines in range ({} DEBUG: {sub_lines} found subtransaction, {} serializing snapshot), {matched} matched to one row, {agreeing} rows agreeing from a same-start decoder's line",
                 env.major,
                 lines
                     .iter()
                     .filter(|(l, e)| (first..=last).contains(l) && e.level == "DEBUG")
+                    .count()
+                    + sub_lines,
+                lines
+                    .iter()
+                    .filter(|(l, e)| (first..=last).contains(l)
+                        && e.message.starts_with("serializing snapshot to"))
                     .count()
             );
             total = (total.0 + in_range, total.1 + matched, total.2 + agreeing);
@@ -761,6 +875,12 @@ fn f7_every_log_line_matched_to_one_row_across_decoders() {
             );
         }
         assert!(total.2 > 0, "some rows should agree from a same-start line");
+        assert!(
+            entries
+                .iter()
+                .any(|e| pids.contains(&e.pid) && subtransaction_line(e).is_some()),
+            "a decoder should log the catalog-changing subtransaction at DEBUG1"
+        );
         c.batch_execute("ALTER SYSTEM RESET log_min_messages")
             .unwrap();
         c.batch_execute("SELECT pg_reload_conf()").unwrap();
@@ -768,6 +888,15 @@ fn f7_every_log_line_matched_to_one_row_across_decoders() {
         drop(c);
         drop(collector);
     }
+}
+
+/// The server's WAL insert position now.
+fn insert_lsn(c: &mut Client) -> u64 {
+    let s: String = c
+        .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+        .unwrap()
+        .get(0);
+    parse_lsn(&s)
 }
 
 fn dump_with_sources(rows: &[TraceRow]) -> String {
@@ -1006,4 +1135,296 @@ fn f8_xmin_horizon_skip_from_the_debug1_line() {
         "{:?}",
         r.disagreement
     );
+}
+
+/// The transaction f9 commits: subtransactions s1 and s3 create tables, s2 only inserts.
+/// Returns `(top xid, [s1, s2, s3], commit in from..=to)`, each subtransaction's xid read
+/// from the session's own transactionid locks (pg_locks) before its RELEASE.
+fn commit_with_subtransactions(env: &Env, tag: &str) -> (u64, Vec<u64>, (u64, u64)) {
+    let mut t = env.connect("pgsnap-f9-ddl");
+    let locked = |t: &mut Client| -> Vec<u64> {
+        t.query(
+            "SELECT transactionid::text FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'transactionid'",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, String>(0).parse().unwrap())
+        .collect()
+    };
+    t.batch_execute("BEGIN").unwrap();
+    let top = current_xid(&mut t);
+    let mut subs = Vec::new();
+    for sql in [
+        format!("CREATE TABLE pgsnap_f9_{tag}_a(a int)"),
+        format!("INSERT INTO pgsnap_f9_{tag}_a VALUES (1)"),
+        format!("CREATE TABLE pgsnap_f9_{tag}_b(a int)"),
+    ] {
+        // A subtransaction's xid lock is held until RELEASE (subcommit drops it).
+        t.batch_execute(&format!("SAVEPOINT s; {sql}")).unwrap();
+        let new: Vec<u64> = locked(&mut t).into_iter().filter(|x| *x != top).collect();
+        assert_eq!(new.len(), 1, "one subtransaction xid for {sql}");
+        subs.push(new[0]);
+        t.batch_execute("RELEASE s").unwrap();
+    }
+    let from = insert_lsn(&mut t);
+    t.batch_execute("COMMIT").unwrap();
+    let to = insert_lsn(&mut t);
+    (top, subs, (from, to))
+}
+
+/// f9 (issue 13): the DEBUG1 lines that name no record LSN of their own. A transaction
+/// with three subtransactions, two of them creating a table, commits after a slot's
+/// creation; standby snapshots follow; `pg_logical_slot_get_changes` decodes it all in one
+/// backend; the replay starts where that decoder did (`snapbuild_trace_range` from the
+/// creation's restart_lsn with its confirmed_flush as start_decoding_at).
+///
+/// At log_min_messages = debug1: the server logs `found subtransaction X:S with catalog
+/// changes` for exactly the two table-creating subtransactions (their xids read from
+/// pg_locks in the committing session), each line is named by exactly one row, the
+/// commit row of X (inside the commit's LSN bounds), with `agrees = t`, and the set of S
+/// the row's message gives is the set the server logged; every `serializing snapshot to
+/// pg_logical/snapshots/X-Y.snap` line of the decoder is named by exactly one row, the
+/// replay's serialize row at X/Y, `agrees = t`, and the file is on disk; every other
+/// builder line of that decoder (LOG and DEBUG1) is named by exactly one row.
+/// At warning: the commit row is `agrees` NULL with `log_min_messages above debug1
+/// (warning)`, and no row names a DEBUG1 line.
+#[test]
+fn f9_subtransaction_and_serializing_lines_name_their_rows() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    struct Reset<'e>(&'e Env);
+    impl Drop for Reset<'_> {
+        fn drop(&mut self) {
+            let mut c = self.0.connect("pgsnap-f9");
+            let _ = c.batch_execute("ALTER SYSTEM RESET log_min_messages");
+            let _ = c.batch_execute("SELECT pg_reload_conf()");
+            for tag in ["debug1", "warning"] {
+                let _ = c.batch_execute(&format!(
+                    "DROP TABLE IF EXISTS pgsnap_f9_{tag}_a, pgsnap_f9_{tag}_b"
+                ));
+            }
+        }
+    }
+    let _reset = Reset(&env);
+    for level in ["debug1", "warning"] {
+        for sql in [
+            format!("ALTER SYSTEM SET log_min_messages = {level}"),
+            "SELECT pg_reload_conf()".to_owned(),
+            format!("DROP TABLE IF EXISTS pgsnap_f9_{level}_a, pgsnap_f9_{level}_b"),
+        ] {
+            c.batch_execute(&sql).unwrap();
+        }
+        wait_for(
+            "log_min_messages in new sessions",
+            std::time::Duration::from_secs(10),
+            || {
+                let v: String = env
+                    .connect("pgsnap-f9")
+                    .query_one("SHOW log_min_messages", &[])
+                    .unwrap()
+                    .get(0);
+                v == level
+            },
+        );
+        let offset = log_offset(&env);
+        let slot = format!("pgsnap_f9_{level}");
+        let _guard = SlotGuard::new(&env, &slot);
+        create_slot(&env, &slot);
+        let pos = c
+            .query_one(
+                "SELECT restart_lsn::text, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .unwrap();
+        let (r0, c0): (String, String) = (pos.get(0), pos.get(1));
+        let (top, subs, (from, to)) = commit_with_subtransactions(&env, level);
+        env.log_standby_snapshot(&mut c);
+        c.batch_execute(&format!("INSERT INTO pgsnap_f9_{level}_b VALUES (1)"))
+            .unwrap();
+        env.log_standby_snapshot(&mut c);
+        let mut g = env.connect("pgsnap-f9-get");
+        let pid = backend_pid(&mut g);
+        g.query_one(
+            "SELECT count(*) FROM pg_logical_slot_get_changes($1, NULL, NULL)",
+            &[&slot],
+        )
+        .unwrap();
+        drop(g);
+        let rows = trace_rows(
+            json_rows(
+                &mut c,
+                "SELECT * FROM snapbuild_trace_range($1::text::pg_lsn, NULL, in_slot_creation => false, start_decoding_at => $2::text::pg_lsn)",
+                &[&r0, &c0],
+            )
+            .unwrap(),
+        );
+        let entries = log_entries_since(&env, offset);
+        let mine: Vec<&LogEntry> = entries.iter().filter(|e| e.pid == pid).collect();
+        let commit_rows: Vec<&TraceRow> = rows
+            .iter()
+            .filter(|r| r.record == "COMMIT" && r.xid == Some(top))
+            .collect();
+        assert_eq!(commit_rows.len(), 1, "{}", dump_with_sources(&rows));
+        let commit = commit_rows[0];
+        assert!(
+            commit.lsn.is_some_and(|l| (from..=to).contains(&l)),
+            "the commit row lies outside {}..{}",
+            fmt_lsn(from),
+            fmt_lsn(to)
+        );
+        let show = || {
+            format!(
+                "server lines of pid {pid}:\n{}\nrows:\n{}",
+                mine.iter()
+                    .map(|e| format!("  {} {}: {} / {:?}\n", e.at, e.level, e.message, e.detail))
+                    .collect::<String>(),
+                dump_with_sources(&rows)
+            )
+        };
+        if level == "warning" {
+            println!(
+                "pgsnap-counts: f9 PG{} at warning: commit of {top} agrees {:?}, {:?}",
+                env.major, commit.agrees, commit.disagreement
+            );
+            assert!(mine.iter().all(|e| e.level != "DEBUG"), "{}", show());
+            assert_eq!(commit.agrees, None, "{}", show());
+            assert!(
+                commit
+                    .disagreement
+                    .as_deref()
+                    .is_some_and(|d| d.contains("log_min_messages above debug1 (warning)")),
+                "{}",
+                show()
+            );
+            assert!(
+                rows.iter().all(|r| !js(&r.raw, "server_source")
+                    .is_some_and(|s| s.contains(&format!("server log: pid {pid} at"))
+                        && s.contains("(DEBUG \""))),
+                "{}",
+                show()
+            );
+            continue;
+        }
+        let mut fails = Vec::new();
+        // found subtransaction: the server's set, checked against the subtransactions
+        // that created tables, and the commit row's.
+        let logged: std::collections::BTreeSet<u64> = mine
+            .iter()
+            .filter_map(|e| subtransaction_line(e))
+            .filter(|(x, _)| *x == top)
+            .map(|(_, s)| s)
+            .collect();
+        assert_eq!(
+            logged,
+            [subs[0], subs[2]].into_iter().collect(),
+            "the server should log the two table-creating subtransactions of {top} ({subs:?})\n{}",
+            show()
+        );
+        let replayed: std::collections::BTreeSet<u64> = commit
+            .message
+            .as_deref()
+            .unwrap_or("")
+            .lines()
+            .filter_map(|m| {
+                subtransaction_line(&LogEntry {
+                    at: String::new(),
+                    pid: 0,
+                    level: "DEBUG".into(),
+                    message: m.to_owned(),
+                    detail: None,
+                })
+            })
+            .filter(|(x, _)| *x == top)
+            .map(|(_, s)| s)
+            .collect();
+        if replayed != logged {
+            fails.push(format!(
+                "the commit row's message gives {replayed:?}, the server logged {logged:?}"
+            ));
+        }
+        let (mut named, mut serializing) = (0, 0);
+        for e in &mine {
+            if let Some((x, _)) = subtransaction_line(e) {
+                let holders = rows_naming_anywhere(&rows, e);
+                match holders.as_slice() {
+                    [h] if x == top && std::ptr::eq(*h, commit) && h.agrees == Some(true) => {
+                        named += 1
+                    }
+                    _ => fails.push(format!(
+                        "{} {}: named by {} rows ({:?}), agrees {:?}",
+                        e.at,
+                        e.message,
+                        holders.len(),
+                        holders
+                            .iter()
+                            .map(|h| h.lsn.map(fmt_lsn))
+                            .collect::<Vec<_>>(),
+                        holders.iter().map(|h| h.agrees).collect::<Vec<_>>()
+                    )),
+                }
+                continue;
+            }
+            let Some(lsn) = builder_line_lsn(e) else {
+                continue;
+            };
+            let holders = rows_naming(&rows, lsn, e);
+            if holders.len() != 1 {
+                fails.push(format!(
+                    "{} {} {}: named by {} rows",
+                    e.at,
+                    e.level,
+                    e.message,
+                    holders.len()
+                ));
+                continue;
+            }
+            named += 1;
+            if let Some(file_lsn) = serialized_file_lsn(&e.message) {
+                serializing += 1;
+                let h = holders[0];
+                let on_disk: bool = c
+                    .query_one(
+                        "SELECT count(*) = 1 FROM pg_ls_logicalsnapdir() WHERE name = $1",
+                        &[&format!(
+                            "{:X}-{:X}.snap",
+                            file_lsn >> 32,
+                            file_lsn & 0xFFFF_FFFF
+                        )],
+                    )
+                    .unwrap()
+                    .get(0);
+                if !h.branch.as_deref().is_some_and(|b| b.contains("serialize"))
+                    || h.agrees != Some(true)
+                    || !on_disk
+                {
+                    fails.push(format!(
+                        "{} {}: row {:?} branch {:?} agrees {:?} ({:?}), file on disk {on_disk}",
+                        e.at,
+                        e.message,
+                        h.lsn.map(fmt_lsn),
+                        h.branch,
+                        h.agrees,
+                        h.disagreement
+                    ));
+                }
+            }
+        }
+        println!(
+            "pgsnap-counts: f9 PG{} at debug1: decoder pid {pid}: {} server lines, {named} named by one row; found subtransaction {top}:{logged:?} (subtransactions {subs:?}), commit row agrees {:?}; {serializing} serializing snapshot line(s)",
+            env.major,
+            mine.iter()
+                .filter(|e| subtransaction_line(e).is_some() || builder_line_lsn(e).is_some())
+                .count(),
+            commit.agrees
+        );
+        assert!(
+            fails.is_empty() && serializing > 0,
+            "PG{}:\n{}\n{}",
+            env.major,
+            fails.join("\n"),
+            show()
+        );
+    }
 }
