@@ -1384,17 +1384,7 @@ fn f9_subtransaction_and_serializing_lines_name_their_rows() {
             if let Some(file_lsn) = serialized_file_lsn(&e.message) {
                 serializing += 1;
                 let h = holders[0];
-                let on_disk: bool = c
-                    .query_one(
-                        "SELECT count(*) = 1 FROM pg_ls_logicalsnapdir() WHERE name = $1",
-                        &[&format!(
-                            "{:X}-{:X}.snap",
-                            file_lsn >> 32,
-                            file_lsn & 0xFFFF_FFFF
-                        )],
-                    )
-                    .unwrap()
-                    .get(0);
+                let on_disk = server_snap_files(&mut c).contains_key(&snap_name(file_lsn));
                 if !h.branch.as_deref().is_some_and(|b| b.contains("serialize"))
                     || h.agrees != Some(true)
                     || !on_disk
