@@ -201,7 +201,7 @@ pub fn all() -> Vec<Target> {
         },
         Target {
             name: "server_log",
-            about: "server log text (stderr, csvlog and jsonlog parsers over every line), then decoders, writers_of and lines_for over the events",
+            about: "server log text (stderr, csvlog and jsonlog parsers over every line), then decoders, writers_of and the lines_for family over the events",
             run: server_log,
             fields: |_| vec![],
             fixup: None,
@@ -694,9 +694,10 @@ fn replay(d: &[u8]) -> bool {
 fn server_log(d: &[u8]) -> bool {
     use snapbuild_core::server_log::{
         candidate_lines_for, decoders, leading_timestamp, lines_at, lines_for, message_lsn,
-        parse_json_line, parse_start_detail, restart_candidate, same_start_logs_debug,
-        subtransaction, writers_of, xmin_candidate, Candidates, CsvParser, LineIndex, LogEvent,
-        StderrParser,
+        parse_json_line, parse_start_detail, restart_candidate, same_start_logged_debug_past,
+        same_start_logs_debug, serializing, serializing_lines_for, subtransaction,
+        subtransaction_lines_for, writers_of, xmin_candidate, Candidates, CsvParser, LineIndex,
+        LogEvent, ReplayStart, StderrParser,
     };
     let text = String::from_utf8_lossy(d);
     let (mut stderr, mut csv) = (StderrParser::default(), CsvParser::default());
@@ -713,6 +714,7 @@ fn server_log(d: &[u8]) -> bool {
             restart_candidate(line),
             xmin_candidate(line),
             subtransaction(line),
+            serializing(line),
         );
     }
     events.extend(stderr.finish());
@@ -727,12 +729,15 @@ fn server_log(d: &[u8]) -> bool {
                     Some(&ix),
                     &b.message,
                     b.detail.as_deref(),
-                    Lsn(0x100),
-                    b.lsn(),
-                    creating,
+                    ReplayStart::new(Lsn(0x100), b.lsn(), creating),
                 );
             }
-            let _ = lines_at(&decs, None, at, Lsn(0x100), b.lsn(), false);
+            let _ = lines_at(
+                &decs,
+                None,
+                at,
+                ReplayStart::new(Lsn(0x100), b.lsn(), false),
+            );
             let _ = candidate_lines_for(
                 &decs,
                 Some(&ix),
@@ -741,11 +746,16 @@ fn server_log(d: &[u8]) -> bool {
                     xmin: Some(b.at_ms as u32),
                     restart: b.lsn(),
                 },
-                Lsn(0x100),
-                b.lsn(),
-                true,
+                ReplayStart::new(Lsn(0x100), b.lsn(), true),
             );
-            let _ = same_start_logs_debug(&decs, at, None);
+            let _ = same_start_logs_debug(&decs, ReplayStart::new(at, None, false));
+            let replay = ReplayStart::new(Lsn(0x100), b.lsn(), false);
+            if let Some((top, sub)) = subtransaction(&b.message) {
+                let _ = subtransaction_lines_for(&decs, Some(&ix), top, &[sub], replay);
+                let _ = subtransaction_lines_for(&decs, None, top, &[], replay);
+            }
+            let _ = serializing_lines_for(&decs, Some(&ix), at, true, replay);
+            let _ = same_start_logged_debug_past(&decs, at, replay);
             let _ = writers_of(&events, at, Lsn(at.0.saturating_sub(0x28)), b.at_ms);
             let _ = writers_of(&events, at, at, i64::MAX);
         }

@@ -9,7 +9,7 @@ use snapbuild_core::replication::snapbuild::CommitVerdict;
 use snapbuild_core::server_log::{
     candidate_lines_for, decoders, lines_at, lines_for, message_lsn, same_start_logged_debug_past,
     same_start_logs_debug, serializing_lines_for, subtransaction_lines_for, writers_of, Candidates,
-    InvalidationLine, LineIndex, LogEvent, LoggedDecoder, Writers, SKIPPING,
+    InvalidationLine, LineIndex, LogEvent, LoggedDecoder, ReplayStart, Writers, SKIPPING,
 };
 use snapbuild_core::{BuilderParams, Lsn, SnapBuildOnDisk, TraceRow};
 
@@ -95,6 +95,15 @@ impl OtherWriters {
         }
     }
 
+    /// How this replay began, as the log's decoders are judged against it.
+    fn replay_start(&self) -> ReplayStart {
+        ReplayStart::new(
+            self.main_start,
+            self.first_message_lsn.flatten(),
+            self.template.in_slot_creation,
+        )
+    }
+
     /// The server log's events, read once per trace.
     fn events(&mut self) -> &Result<Vec<LogEvent>, String> {
         self.log.get_or_insert_with(|| {
@@ -134,15 +143,9 @@ impl OtherWriters {
             if row.running_xids.is_none() {
                 return LogLines::NotAsked;
             }
-            let (start, first, creation) = (
-                self.main_start,
-                self.first_message_lsn.flatten(),
-                self.template.in_slot_creation,
-            );
+            let replay = self.replay_start();
             return match self.logged_decoders() {
-                Ok((ds, ix)) => {
-                    LogLines::Lines(lines_at(ds, Some(ix), row.lsn, start, first, creation))
-                }
+                Ok((ds, ix)) => LogLines::Lines(lines_at(ds, Some(ix), row.lsn, replay)),
                 Err(why) => LogLines::Unreadable(why),
             };
         };
@@ -150,24 +153,12 @@ impl OtherWriters {
         if self.first_message_lsn.is_none() && !msg.starts_with(SKIPPING) {
             self.first_message_lsn = Some(message_lsn(msg));
         }
-        let (start, first, creation) = (
-            self.main_start,
-            self.first_message_lsn.flatten(),
-            self.template.in_slot_creation,
-        );
+        let replay = self.replay_start();
         let (ds, ix) = match self.logged_decoders() {
             Ok(d) => d,
             Err(why) => return LogLines::Unreadable(why),
         };
-        LogLines::Lines(lines_for(
-            ds,
-            Some(ix),
-            msg,
-            row.detail.as_deref(),
-            start,
-            first,
-            creation,
-        ))
+        LogLines::Lines(lines_for(ds, Some(ix), msg, row.detail.as_deref(), replay))
     }
 
     /// The log's decoders with their builder lines and their index (read once per
@@ -215,11 +206,7 @@ impl OtherWriters {
             return DebugLines::NotAsked;
         }
         let level_above_debug1 = log_min_messages_above_debug1();
-        let (start, first, creation) = (
-            self.main_start,
-            self.first_message_lsn.flatten(),
-            self.template.in_slot_creation,
-        );
+        let replay = self.replay_start();
         let Ok((ds, ix)) = self.logged_decoders() else {
             return DebugLines::NotAsked;
         };
@@ -232,9 +219,7 @@ impl OtherWriters {
                     xmin: row.candidate_xmin.map(|(_, x)| x),
                     restart: row.candidate_restart.map(|(_, r)| r),
                 },
-                start,
-                first,
-                creation,
+                replay,
             ),
             None => Vec::new(),
         };
@@ -245,23 +230,15 @@ impl OtherWriters {
             _ => &[],
         };
         let subtransactions = match commit_of {
-            Some(top) => subtransaction_lines_for(ds, Some(ix), top, subs, start, first, creation),
+            Some(top) => subtransaction_lines_for(ds, Some(ix), top, subs, replay),
             None => Vec::new(),
         };
         // Asked only where it can matter: the replay finds some and no such line is there.
         let same_start_passed = !subs.is_empty()
             && !subtransactions.iter().any(|m| m.may_refute)
-            && same_start_logged_debug_past(ds, row.lsn, start, first, creation);
+            && same_start_logged_debug_past(ds, row.lsn, replay);
         let serializing = if may_serialize {
-            serializing_lines_for(
-                ds,
-                Some(ix),
-                row.lsn,
-                row.serialized.is_some(),
-                start,
-                first,
-                creation,
-            )
+            serializing_lines_for(ds, Some(ix), row.lsn, row.serialized.is_some(), replay)
         } else {
             Vec::new()
         };
@@ -270,7 +247,7 @@ impl OtherWriters {
             subtransactions,
             serializing,
             same_start_passed,
-            same_start_logs_debug: same_start_logs_debug(ds, start, first),
+            same_start_logs_debug: same_start_logs_debug(ds, replay),
             level_above_debug1,
         }
     }

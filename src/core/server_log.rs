@@ -805,6 +805,27 @@ pub enum Origin {
     Unknown,
 }
 
+/// How a replay began, which is what a logged decoder's lines are judged by
+/// ([`LoggedDecoder::same_start_as`], [`LogLineMatch`]): where it reads WAL from, the
+/// record its first builder LOG message names (`None` before it has one), and whether it
+/// runs in creation mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayStart {
+    pub start: Lsn,
+    pub first_message_lsn: Option<Lsn>,
+    pub in_creation: bool,
+}
+
+impl ReplayStart {
+    pub const fn new(start: Lsn, first_message_lsn: Option<Lsn>, in_creation: bool) -> Self {
+        ReplayStart {
+            start,
+            first_message_lsn,
+            in_creation,
+        }
+    }
+}
+
 /// One decoder's run as the log shows it: who, where it began, its builder lines in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoggedDecoder {
@@ -958,16 +979,13 @@ pub struct LogLineMatch {
 }
 
 /// The lines of `decoders` naming the record of `message` (the replay's LOG message, with
-/// `detail`), for a replay starting at `start` whose first builder message names
-/// `first_message_lsn`, in creation mode or not (`replay_in_creation`).
+/// `detail`), for the replay that began as `replay` says.
 pub fn lines_for(
     decoders: &[LoggedDecoder],
     index: Option<&LineIndex>,
     message: &str,
     detail: Option<&str>,
-    start: Lsn,
-    first_message_lsn: Option<Lsn>,
-    replay_in_creation: bool,
+    replay: ReplayStart,
 ) -> Vec<LogLineMatch> {
     let Some(lsn) = message_lsn(message) else {
         return Vec::new();
@@ -975,7 +993,7 @@ pub fn lines_for(
     builder_lines_at(decoders, index, lsn)
         .into_iter()
         .map(|(d, l)| {
-            let (same_start, may_refute) = d.judges(start, first_message_lsn, replay_in_creation);
+            let (same_start, may_refute) = d.judges(replay);
             LogLineMatch {
                 equal: l.message == message && l.detail.as_deref() == detail,
                 line: l.clone(),
@@ -1019,9 +1037,8 @@ impl LineIndex {
 
 /// The `found subtransaction X:S with catalog changes` lines (snapbuild.c
 /// SnapBuildCommitTxn, DEBUG1) decoders logged for the commit of `top`, each equal when
-/// the replay found S catalog-changing there too (`replay_subxacts`), for a replay
-/// starting at `start` (first builder message at `first_message_lsn`, in creation mode or
-/// not). A decoder logs one line per catalog-changing subtransaction the commit record
+/// the replay found S catalog-changing there too (`replay_subxacts`), for the replay that
+/// began as `replay` says. A decoder logs one line per catalog-changing subtransaction the commit record
 /// lists, all before it looks at the top-level transaction, so a decoder's lines for a
 /// commit are the whole set it found.
 pub fn subtransaction_lines_for(
@@ -1029,9 +1046,7 @@ pub fn subtransaction_lines_for(
     index: Option<&LineIndex>,
     top: u32,
     replay_subxacts: &[u32],
-    start: Lsn,
-    first_message_lsn: Option<Lsn>,
-    replay_in_creation: bool,
+    replay: ReplayStart,
 ) -> Vec<LogLineMatch> {
     let found: Vec<(&LoggedDecoder, &BuilderLine)> = match index {
         Some(ix) => ix
@@ -1056,7 +1071,7 @@ pub fn subtransaction_lines_for(
         .into_iter()
         .filter_map(|(d, l)| {
             let (_, sub) = subtransaction(&l.message)?;
-            let (same_start, may_refute) = d.judges(start, first_message_lsn, replay_in_creation);
+            let (same_start, may_refute) = d.judges(replay);
             Some(LogLineMatch {
                 equal: replay_subxacts.contains(&sub),
                 line: l.clone(),
@@ -1077,9 +1092,7 @@ pub fn serializing_lines_for(
     index: Option<&LineIndex>,
     lsn: Lsn,
     replay_serializes: bool,
-    start: Lsn,
-    first_message_lsn: Option<Lsn>,
-    replay_in_creation: bool,
+    replay: ReplayStart,
 ) -> Vec<LogLineMatch> {
     lines_about(decoders, index, lsn)
         .into_iter()
@@ -1087,7 +1100,7 @@ pub fn serializing_lines_for(
             l.level == LineLevel::Debug1 && debug_kind(&l.message) == Some(DebugKind::Serialize)
         })
         .map(|(d, l)| {
-            let (same_start, may_refute) = d.judges(start, first_message_lsn, replay_in_creation);
+            let (same_start, may_refute) = d.judges(replay);
             LogLineMatch {
                 equal: replay_serializes,
                 line: l.clone(),
@@ -1098,20 +1111,17 @@ pub fn serializing_lines_for(
         .collect()
 }
 
-/// Whether a decoder whose lines could refute a replay from `start` ([`LogLineMatch`]'s
+/// Whether a decoder whose lines could refute the replay `replay` ([`LogLineMatch`]'s
 /// `may_refute`) logged a DEBUG1 line about a record after `lsn`: it read past `lsn` while
 /// logging at DEBUG1, so a DEBUG1 line it would print at `lsn` is in the log.
 pub fn same_start_logged_debug_past(
     decoders: &[LoggedDecoder],
     lsn: Lsn,
-    start: Lsn,
-    first_message_lsn: Option<Lsn>,
-    replay_in_creation: bool,
+    replay: ReplayStart,
 ) -> bool {
-    decoders.iter().any(|d| {
-        d.judges(start, first_message_lsn, replay_in_creation).1
-            && d.debug.iter().any(|l| l.lsn().is_some_and(|at| at > lsn))
-    })
+    decoders
+        .iter()
+        .any(|d| d.judges(replay).1 && d.debug.iter().any(|l| l.lsn().is_some_and(|at| at > lsn)))
 }
 
 /// The lines about the record at `lsn`, decoder by decoder (its LOG lines, then its DEBUG1
@@ -1175,14 +1185,12 @@ pub fn lines_at(
     decoders: &[LoggedDecoder],
     index: Option<&LineIndex>,
     lsn: Lsn,
-    start: Lsn,
-    first_message_lsn: Option<Lsn>,
-    replay_in_creation: bool,
+    replay: ReplayStart,
 ) -> Vec<LogLineMatch> {
     builder_lines_at(decoders, index, lsn)
         .into_iter()
         .map(|(d, l)| {
-            let (same_start, may_refute) = d.judges(start, first_message_lsn, replay_in_creation);
+            let (same_start, may_refute) = d.judges(replay);
             LogLineMatch {
                 equal: false,
                 line: l.clone(),
@@ -1195,17 +1203,12 @@ pub fn lines_at(
 
 impl LoggedDecoder {
     /// `(same_start, may_refute)` of this decoder's lines for a replay ([`LogLineMatch`]).
-    fn judges(
-        &self,
-        start: Lsn,
-        first_message_lsn: Option<Lsn>,
-        replay_in_creation: bool,
-    ) -> (bool, bool) {
-        let same_start = self.same_start_as(start, first_message_lsn);
+    fn judges(&self, replay: ReplayStart) -> (bool, bool) {
+        let same_start = self.same_start_as(replay.start, replay.first_message_lsn);
         let may_refute = same_start
             && match self.origin {
                 Origin::Restart { .. } => true,
-                Origin::Creation => replay_in_creation,
+                Origin::Creation => replay.in_creation,
                 Origin::Unknown => false,
             };
         (same_start, may_refute)
@@ -1235,9 +1238,7 @@ pub fn candidate_lines_for(
     decoders: &[LoggedDecoder],
     index: Option<&LineIndex>,
     c: Candidates,
-    start: Lsn,
-    first_message_lsn: Option<Lsn>,
-    replay_in_creation: bool,
+    replay: ReplayStart,
 ) -> Vec<LogLineMatch> {
     let mut out = Vec::new();
     for (d, l) in lines_about(decoders, index, c.at) {
@@ -1252,7 +1253,7 @@ pub fn candidate_lines_for(
             },
             _ => continue,
         };
-        let (same_start, may_refute) = d.judges(start, first_message_lsn, replay_in_creation);
+        let (same_start, may_refute) = d.judges(replay);
         out.push(LogLineMatch {
             equal,
             line: l.clone(),
@@ -1263,16 +1264,12 @@ pub fn candidate_lines_for(
     out
 }
 
-/// Whether any decoder that started as a replay from `start` (first builder message at
-/// `first_message_lsn`) did logged at DEBUG1 ([`LoggedDecoder::logs_debug`]).
-pub fn same_start_logs_debug(
-    decoders: &[LoggedDecoder],
-    start: Lsn,
-    first_message_lsn: Option<Lsn>,
-) -> bool {
+/// Whether any decoder that started as `replay` did ([`LoggedDecoder::same_start_as`];
+/// its creation mode does not matter here) logged at DEBUG1 ([`LoggedDecoder::logs_debug`]).
+pub fn same_start_logs_debug(decoders: &[LoggedDecoder], replay: ReplayStart) -> bool {
     decoders
         .iter()
-        .any(|d| d.logs_debug && d.same_start_as(start, first_message_lsn))
+        .any(|d| d.logs_debug && d.same_start_as(replay.start, replay.first_message_lsn))
 }
 
 #[cfg(test)]
@@ -1558,47 +1555,55 @@ mod tests {
                 index,
                 754,
                 &[755],
-                Lsn(0x170FFA8),
-                Some(Lsn(0x170FFA8)),
-                false,
+                ReplayStart::new(Lsn(0x170FFA8), Some(Lsn(0x170FFA8)), false),
             );
             assert_eq!(m.len(), 1);
             assert!(m[0].equal && m[0].same_start && m[0].may_refute);
             assert!(
-                !subtransaction_lines_for(&ds, index, 754, &[], Lsn(0x170FFA8), None, false)[0]
-                    .equal
+                !subtransaction_lines_for(
+                    &ds,
+                    index,
+                    754,
+                    &[],
+                    ReplayStart::new(Lsn(0x170FFA8), None, false)
+                )[0]
+                .equal
             );
-            assert!(
-                subtransaction_lines_for(&ds, index, 755, &[], Lsn(0x170FFA8), None, false)
-                    .is_empty()
-            );
+            assert!(subtransaction_lines_for(
+                &ds,
+                index,
+                755,
+                &[],
+                ReplayStart::new(Lsn(0x170FFA8), None, false)
+            )
+            .is_empty());
             let w = serializing_lines_for(
                 &ds,
                 index,
                 Lsn(0x1710060),
                 true,
-                Lsn(0x170FFA8),
-                None,
-                false,
+                ReplayStart::new(Lsn(0x170FFA8), None, false),
             );
             assert_eq!(w.len(), 1);
             assert!(w[0].equal && w[0].may_refute && w[0].line.pid == Some(17085));
             // Not a builder verdict on the record, nor a candidate.
-            assert!(lines_at(&ds, index, Lsn(0x1710060), Lsn(0x170FFA8), None, false).is_empty());
+            assert!(lines_at(
+                &ds,
+                index,
+                Lsn(0x1710060),
+                ReplayStart::new(Lsn(0x170FFA8), None, false)
+            )
+            .is_empty());
         }
         assert!(same_start_logged_debug_past(
             &ds,
             Lsn(0x1710060),
-            Lsn(0x170FFA8),
-            None,
-            false
+            ReplayStart::new(Lsn(0x170FFA8), None, false)
         ));
         assert!(!same_start_logged_debug_past(
             &ds,
             Lsn(0x1718440),
-            Lsn(0x170FFA8),
-            None,
-            false
+            ReplayStart::new(Lsn(0x170FFA8), None, false)
         ));
         assert_eq!(
             serializing("serializing snapshot to pg_logical/snapshots/1A-2B3C.snap"),
@@ -1629,9 +1634,7 @@ mod tests {
             None,
             skip,
             Some("initial xmin horizon of 78049 vs the snapshot's 78045"),
-            Lsn(0x1FA0AD0),
-            None,
-            true,
+            ReplayStart::new(Lsn(0x1FA0AD0), None, true),
         );
         assert_eq!(m.len(), 1);
         assert!(m[0].same_start && m[0].equal && m[0].may_refute);
@@ -1641,9 +1644,7 @@ mod tests {
             None,
             skip,
             Some("initial xmin horizon of 78048 vs the snapshot's 78045"),
-            Lsn(0x1FA0AD0),
-            None,
-            true,
+            ReplayStart::new(Lsn(0x1FA0AD0), None, true),
         );
         assert!(!m[0].equal && m[0].may_refute);
         // A replay that found its starting point there instead meets the skip: differs.
@@ -1652,14 +1653,18 @@ mod tests {
             None,
             "logical decoding found initial starting point at 0/1FA0AD0",
             None,
-            Lsn(0x1FA0AD0),
-            Some(Lsn(0x1FA0AD0)),
-            true,
+            ReplayStart::new(Lsn(0x1FA0AD0), Some(Lsn(0x1FA0AD0)), true),
         );
         assert_eq!(m.len(), 1);
         assert!(!m[0].equal);
         assert_eq!(
-            lines_at(&ds, None, Lsn(0x1FA0AD0), Lsn(0x1FA0AD0), None, true).len(),
+            lines_at(
+                &ds,
+                None,
+                Lsn(0x1FA0AD0),
+                ReplayStart::new(Lsn(0x1FA0AD0), None, true)
+            )
+            .len(),
             1
         );
 
@@ -1673,9 +1678,7 @@ mod tests {
             &ds,
             None,
             c(Some(757), Some(Lsn(0x1718440))),
-            Lsn(0x170FFA8),
-            Some(Lsn(0x170FFA8)),
-            false,
+            ReplayStart::new(Lsn(0x170FFA8), Some(Lsn(0x170FFA8)), false),
         );
         assert_eq!(m.len(), 2);
         assert!(m.iter().all(|m| m.equal && m.same_start && m.may_refute));
@@ -1683,13 +1686,16 @@ mod tests {
             &ds,
             None,
             c(Some(756), None),
-            Lsn(0x170FFA8),
-            Some(Lsn(0x170FFA8)),
-            false,
+            ReplayStart::new(Lsn(0x170FFA8), Some(Lsn(0x170FFA8)), false),
         );
         assert_eq!(m.iter().filter(|m| !m.equal).count(), 2);
         // Another start: named, not judged.
-        let m = candidate_lines_for(&ds, None, c(Some(757), None), Lsn(0x1718440), None, false);
+        let m = candidate_lines_for(
+            &ds,
+            None,
+            c(Some(757), None),
+            ReplayStart::new(Lsn(0x1718440), None, false),
+        );
         assert!(m.iter().all(|m| !m.same_start && !m.may_refute));
         // The index finds what a scan finds.
         let ix = LineIndex::new(&ds);
@@ -1699,16 +1705,37 @@ mod tests {
             let c = c(Some(757), Some(Lsn(0x1718440)));
             let c = Candidates { at: Lsn(lsn), ..c };
             assert_eq!(
-                candidate_lines_for(&ds, Some(&ix), c, Lsn(0x170FFA8), None, false),
-                candidate_lines_for(&ds, None, c, Lsn(0x170FFA8), None, false)
+                candidate_lines_for(
+                    &ds,
+                    Some(&ix),
+                    c,
+                    ReplayStart::new(Lsn(0x170FFA8), None, false)
+                ),
+                candidate_lines_for(&ds, None, c, ReplayStart::new(Lsn(0x170FFA8), None, false))
             );
             assert_eq!(
-                lines_at(&ds, Some(&ix), Lsn(lsn), Lsn(0x1FA0AD0), None, true),
-                lines_at(&ds, None, Lsn(lsn), Lsn(0x1FA0AD0), None, true)
+                lines_at(
+                    &ds,
+                    Some(&ix),
+                    Lsn(lsn),
+                    ReplayStart::new(Lsn(0x1FA0AD0), None, true)
+                ),
+                lines_at(
+                    &ds,
+                    None,
+                    Lsn(lsn),
+                    ReplayStart::new(Lsn(0x1FA0AD0), None, true)
+                )
             );
         }
-        assert!(same_start_logs_debug(&ds, Lsn(0x170FFA8), None));
-        assert!(!same_start_logs_debug(&ds, Lsn(0x1718440), None));
+        assert!(same_start_logs_debug(
+            &ds,
+            ReplayStart::new(Lsn(0x170FFA8), None, false)
+        ));
+        assert!(!same_start_logs_debug(
+            &ds,
+            ReplayStart::new(Lsn(0x1718440), None, false)
+        ));
 
         // The same lines in csvlog and jsonlog: severity DEBUG.
         let csv = r#"2026-12-01 19:34:50.098 UTC,"postgres","postgres",17085,"127.0.0.1:1",x,1,"SELECT",2026-12-01 19:34:50 UTC,3/4,0,DEBUG,00000,"got new restart lsn 0/1718440 at 0/1718440",,,,,,,,,"psql","client backend",,0"#;
@@ -1782,9 +1809,7 @@ mod tests {
             None,
             "logical decoding found initial starting point at 0/100",
             Some("Waiting for transactions (approximately 1) older than 700 to end."),
-            Lsn(0x100),
-            Some(Lsn(0x100)),
-            false,
+            ReplayStart::new(Lsn(0x100), Some(Lsn(0x100)), false),
         );
         assert_eq!(m.len(), 2);
         assert!(m.iter().all(|x| x.same_start && x.equal));
@@ -1795,14 +1820,19 @@ mod tests {
             None,
             "logical decoding found consistent point at 0/200",
             Some("There are no running transactions."),
-            Lsn(0x100),
-            Some(Lsn(0x100)),
-            false,
+            ReplayStart::new(Lsn(0x100), Some(Lsn(0x100)), false),
         );
         assert_eq!(m.len(), 1);
         assert!(m[0].same_start && !m[0].equal);
         assert!(!m[0].may_refute);
-        assert!(lines_for(&ds, None, "no lsn here", None, Lsn(0), None, false).is_empty());
+        assert!(lines_for(
+            &ds,
+            None,
+            "no lsn here",
+            None,
+            ReplayStart::new(Lsn(0), None, false)
+        )
+        .is_empty());
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! calls its target made. Files in `tests/fuzz_inputs/`, named `TARGET-HASH.bin` as the
 //! fuzzer saved them.
 
-use snapbuild_core::server_log::{decoders, lines_for, writers_of, LogEvent, StderrParser};
+use snapbuild_core::server_log::{
+    decoders, lines_for, writers_of, LogEvent, ReplayStart, StderrParser,
+};
 use snapbuild_core::Lsn;
 
 fn input(name: &str) -> Vec<u8> {
@@ -34,9 +36,7 @@ fn server_log_writers_at_the_end_of_time() {
                 None,
                 &b.message,
                 b.detail.as_deref(),
-                Lsn(0x100),
-                b.lsn(),
-                false,
+                ReplayStart::new(Lsn(0x100), b.lsn(), false),
             );
             let _ = writers_of(&events, at, at, i64::MAX);
             asked += 1;
