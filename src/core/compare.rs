@@ -1267,19 +1267,27 @@ mod tests {
             .starts_with("undecided: writer-dependent xmax"));
     }
 
+    /// A DEBUG1 line of pid 17085 saying `msg`, as matched to a row: from a decoder that
+    /// started as the replay did (which may then refute it) or not, equal to the replay's
+    /// value or not.
+    fn debug1_line(msg: &str, same_start: bool, equal: bool) -> crate::server_log::LogLineMatch {
+        use crate::server_log::{BuilderLine, LineLevel, LogLineMatch};
+        LogLineMatch {
+            line: BuilderLine::new(1_796_153_690_098, Some(17085), LineLevel::Debug1, msg),
+            same_start,
+            equal,
+            may_refute: same_start,
+        }
+    }
+
     /// DEBUG1: a pre-filter skip row is undecided (never false) when the server logs above
     /// debug1; slot-candidate lines of a decoder that started as the replay did judge a
     /// row that has no other verdict, refute any row when they name other values, and are
     /// only named when they come from decoders that started elsewhere.
     #[test]
     fn debug1_lines_judge_skips_and_candidates() {
-        use crate::server_log::{BuilderLine, LineLevel, LogLineMatch};
-        let line = |msg: &str, same_start: bool, equal: bool| LogLineMatch {
-            line: BuilderLine::new(1_796_153_690_098, Some(17085), LineLevel::Debug1, msg),
-            same_start,
-            equal,
-            may_refute: same_start,
-        };
+        use crate::server_log::LogLineMatch;
+        let line = debug1_line;
         let mut row = serialize_row();
         row.serialized = None;
         row.message = Some(
@@ -1357,13 +1365,8 @@ mod tests {
     #[test]
     fn debug1_subtransaction_and_serializing_lines() {
         use crate::replication::snapbuild::CommitVerdict;
-        use crate::server_log::{BuilderLine, LineLevel, LogLineMatch};
-        let line = |msg: &str, same_start: bool, equal: bool| LogLineMatch {
-            line: BuilderLine::new(1_796_153_690_098, Some(17085), LineLevel::Debug1, msg),
-            same_start,
-            equal,
-            may_refute: same_start,
-        };
+        use crate::server_log::LogLineMatch;
+        let line = debug1_line;
         let lines =
             |sub: Vec<LogLineMatch>, ser: Vec<LogLineMatch>, passed: bool, level: Option<&str>| {
                 DebugLines::Lines {
