@@ -47,10 +47,11 @@ fn decoding_on_standby(env: &Env, test: &str) -> bool {
 /// session on it, the standby and a session there (`pgsnap-TEST`); `None` when the
 /// environment is missing or the major cannot decode on a standby (printed as skipped).
 fn start_on_standby(test: &str) -> Option<(Serial, Env, Client, Standby, Client)> {
-    let (g, env, pc) = start()?;
+    let (g, env, mut pc) = start()?;
     if !decoding_on_standby(&env, test) {
         return None;
     }
+    keep_xids_off_subtrans_page_boundary(&mut pc);
     let sb = env.standby();
     let sc = sb.connect(&format!("pgsnap-{test}"));
     Some((g, env, pc, sb, sc))
@@ -60,16 +61,36 @@ fn start_on_standby(test: &str) -> Option<(Serial, Env, Client, Standby, Client)
 /// [`start_on_standby`], and `None` (printed as skipped) before PostgreSQL 17, which has
 /// neither failover slots nor the slot sync worker.
 fn start_synced(test: &str) -> Option<(Serial, Env, Client, Standby, Client)> {
-    let (g, env, pc) = start()?;
+    let (g, env, mut pc) = start()?;
     if env.major < 17 {
         println!(
             "SKIPPED: {test}: failover slots are synchronized to standbys from PostgreSQL 17 on"
         );
         return None;
     }
+    keep_xids_off_subtrans_page_boundary(&mut pc);
     let sb = env.standby();
     let sc = sb.connect(&format!("pgsnap-{test}"));
     Some((g, env, pc, sb, sc))
+}
+
+/// Transaction ids per pg_subtrans page (BLCKSZ / sizeof(TransactionId)).
+const SUBTRANS_XACTS_PER_PAGE: i64 = 2048;
+
+/// Consumes xids on the primary (one tiny transaction each) until the next one is neither
+/// among the last 64 nor the first 8 of a pg_subtrans page. Seen once, on 17.11 in a fresh
+/// run: a creation on a freshly made standby, waiting for xid 4096 (the first of a page),
+/// failed with the server's own `could not access status of transaction 4096` / `Could not
+/// open file "pg_subtrans/0000"` (the standby's log), its ephemeral slot vanished and st1
+/// stopped. The standby tests are not about that page boundary, so they keep clear of it.
+fn keep_xids_off_subtrans_page_boundary(pc: &mut Client) {
+    for _ in 0..128 {
+        let x: i64 = pc.query_one("SELECT txid_current()", &[]).unwrap().get(0);
+        let next_on_page = (x + 1) % SUBTRANS_XACTS_PER_PAGE;
+        if (8..SUBTRANS_XACTS_PER_PAGE - 64).contains(&next_on_page) {
+            return;
+        }
+    }
 }
 
 /// (kind, xid, finding, remedy) rows of `snapbuild_diagnose(slot)`.
