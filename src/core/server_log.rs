@@ -993,13 +993,11 @@ pub fn lines_for(
     builder_lines_at(decoders, index, lsn)
         .into_iter()
         .map(|(d, l)| {
-            let (same_start, may_refute) = d.judges(replay);
-            LogLineMatch {
-                equal: l.message == message && l.detail.as_deref() == detail,
-                line: l.clone(),
-                same_start,
-                may_refute,
-            }
+            d.matched(
+                l,
+                replay,
+                l.message == message && l.detail.as_deref() == detail,
+            )
         })
         .collect()
 }
@@ -1071,13 +1069,7 @@ pub fn subtransaction_lines_for(
         .into_iter()
         .filter_map(|(d, l)| {
             let (_, sub) = subtransaction(&l.message)?;
-            let (same_start, may_refute) = d.judges(replay);
-            Some(LogLineMatch {
-                equal: replay_subxacts.contains(&sub),
-                line: l.clone(),
-                same_start,
-                may_refute,
-            })
+            Some(d.matched(l, replay, replay_subxacts.contains(&sub)))
         })
         .collect()
 }
@@ -1099,15 +1091,7 @@ pub fn serializing_lines_for(
         .filter(|(_, l)| {
             l.level == LineLevel::Debug1 && debug_kind(&l.message) == Some(DebugKind::Serialize)
         })
-        .map(|(d, l)| {
-            let (same_start, may_refute) = d.judges(replay);
-            LogLineMatch {
-                equal: replay_serializes,
-                line: l.clone(),
-                same_start,
-                may_refute,
-            }
-        })
+        .map(|(d, l)| d.matched(l, replay, replay_serializes))
         .collect()
 }
 
@@ -1189,20 +1173,24 @@ pub fn lines_at(
 ) -> Vec<LogLineMatch> {
     builder_lines_at(decoders, index, lsn)
         .into_iter()
-        .map(|(d, l)| {
-            let (same_start, may_refute) = d.judges(replay);
-            LogLineMatch {
-                equal: false,
-                line: l.clone(),
-                same_start,
-                may_refute,
-            }
-        })
+        .map(|(d, l)| d.matched(l, replay, false))
         .collect()
 }
 
 impl LoggedDecoder {
     /// `(same_start, may_refute)` of this decoder's lines for a replay ([`LogLineMatch`]).
+    /// `line` of this decoder as matched to a replay row that started as `replay`,
+    /// `equal` to what the row says or not (see [`LoggedDecoder::judges`]).
+    fn matched(&self, line: &BuilderLine, replay: ReplayStart, equal: bool) -> LogLineMatch {
+        let (same_start, may_refute) = self.judges(replay);
+        LogLineMatch {
+            line: line.clone(),
+            equal,
+            same_start,
+            may_refute,
+        }
+    }
+
     fn judges(&self, replay: ReplayStart) -> (bool, bool) {
         let same_start = self.same_start_as(replay.start, replay.first_message_lsn);
         let may_refute = same_start
@@ -1253,13 +1241,7 @@ pub fn candidate_lines_for(
             },
             _ => continue,
         };
-        let (same_start, may_refute) = d.judges(replay);
-        out.push(LogLineMatch {
-            equal,
-            line: l.clone(),
-            same_start,
-            may_refute,
-        });
+        out.push(d.matched(l, replay, equal));
     }
     out
 }
