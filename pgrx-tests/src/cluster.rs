@@ -106,7 +106,50 @@ pub fn start() -> Option<(Serial, Env, Client)> {
 
 static SETUP: OnceLock<()> = OnceLock::new();
 
+/// A server setting a test changes with ALTER SYSTEM and a reload (no restart); put back
+/// (ALTER SYSTEM RESET, reload) when dropped, also on panic. See [`Env::set_reloaded`].
+pub struct ReloadedSetting<'e> {
+    env: &'e Env,
+    name: String,
+}
+
+impl Drop for ReloadedSetting<'_> {
+    fn drop(&mut self) {
+        let mut c = self.env.connect("pgsnap-reset-setting");
+        let _ = c.batch_execute(&format!("ALTER SYSTEM RESET {}", self.name));
+        let _ = c.batch_execute("SELECT pg_reload_conf()");
+    }
+}
+
 impl Env {
+    /// `ALTER SYSTEM SET name = value` and a reload, then waits (up to 60 s) until a new
+    /// session shows `value` (`SHOW name`). The setting is reset when the returned guard
+    /// is dropped.
+    pub fn set_reloaded(&self, name: &str, value: &str) -> ReloadedSetting<'_> {
+        let mut c = self.connect("pgsnap-set-setting");
+        // one statement per call: ALTER SYSTEM refuses a multi-statement (implicit) block
+        c.batch_execute(&format!("ALTER SYSTEM SET {name} = {value}"))
+            .unwrap();
+        c.batch_execute("SELECT pg_reload_conf()").unwrap();
+        let guard = ReloadedSetting {
+            env: self,
+            name: name.to_owned(),
+        };
+        wait_for(
+            &format!("{name} = {value} in new sessions"),
+            Duration::from_secs(60),
+            || {
+                let v: String = self
+                    .connect("pgsnap-show-setting")
+                    .query_one(&format!("SHOW {name}"), &[])
+                    .unwrap()
+                    .get(0);
+                v == value
+            },
+        );
+        guard
+    }
+
     /// A new session with `statement_timeout` (so nothing waits forever).
     pub fn connect(&self, app: &str) -> Client {
         self.connect_raw(app, "120s")

@@ -615,21 +615,7 @@ fn f7_every_log_line_matched_to_one_row_across_decoders() {
             )
         });
         let mut c = env.connect("pgsnap-f7");
-        c.batch_execute("ALTER SYSTEM SET log_min_messages = debug1")
-            .unwrap();
-        c.batch_execute("SELECT pg_reload_conf()").unwrap();
-        wait_for(
-            "log_min_messages = debug1 in new sessions",
-            std::time::Duration::from_secs(10),
-            || {
-                let v: String = env
-                    .connect("pgsnap-f7")
-                    .query_one("SHOW log_min_messages", &[])
-                    .unwrap()
-                    .get(0);
-                v == "debug1"
-            },
-        );
+        let debug1 = env.set_reloaded("log_min_messages", "debug1");
         let (log_path, offset) = if collector.is_some() {
             let p: String = c
                 .query_one("SELECT pg_current_logfile('stderr')", &[])
@@ -881,9 +867,7 @@ fn f7_every_log_line_matched_to_one_row_across_decoders() {
                 .any(|e| pids.contains(&e.pid) && subtransaction_line(e).is_some()),
             "a decoder should log the catalog-changing subtransaction at DEBUG1"
         );
-        c.batch_execute("ALTER SYSTEM RESET log_min_messages")
-            .unwrap();
-        c.batch_execute("SELECT pg_reload_conf()").unwrap();
+        drop(debug1);
         c.batch_execute("DROP TABLE IF EXISTS pgsnap_f7_t").unwrap();
         drop(c);
         drop(collector);
@@ -1194,12 +1178,10 @@ fn f9_subtransaction_and_serializing_lines_name_their_rows() {
     let Some((_g, env, mut c)) = start() else {
         return;
     };
-    struct Reset<'e>(&'e Env);
-    impl Drop for Reset<'_> {
+    struct DropTables<'e>(&'e Env);
+    impl Drop for DropTables<'_> {
         fn drop(&mut self) {
             let mut c = self.0.connect("pgsnap-f9");
-            let _ = c.batch_execute("ALTER SYSTEM RESET log_min_messages");
-            let _ = c.batch_execute("SELECT pg_reload_conf()");
             for tag in ["debug1", "warning"] {
                 let _ = c.batch_execute(&format!(
                     "DROP TABLE IF EXISTS pgsnap_f9_{tag}_a, pgsnap_f9_{tag}_b"
@@ -1207,27 +1189,13 @@ fn f9_subtransaction_and_serializing_lines_name_their_rows() {
             }
         }
     }
-    let _reset = Reset(&env);
+    let _tables = DropTables(&env);
     for level in ["debug1", "warning"] {
-        for sql in [
-            format!("ALTER SYSTEM SET log_min_messages = {level}"),
-            "SELECT pg_reload_conf()".to_owned(),
-            format!("DROP TABLE IF EXISTS pgsnap_f9_{level}_a, pgsnap_f9_{level}_b"),
-        ] {
-            c.batch_execute(&sql).unwrap();
-        }
-        wait_for(
-            "log_min_messages in new sessions",
-            std::time::Duration::from_secs(10),
-            || {
-                let v: String = env
-                    .connect("pgsnap-f9")
-                    .query_one("SHOW log_min_messages", &[])
-                    .unwrap()
-                    .get(0);
-                v == level
-            },
-        );
+        c.batch_execute(&format!(
+            "DROP TABLE IF EXISTS pgsnap_f9_{level}_a, pgsnap_f9_{level}_b"
+        ))
+        .unwrap();
+        let _level = env.set_reloaded("log_min_messages", level);
         let offset = log_offset(&env);
         let slot = format!("pgsnap_f9_{level}");
         let _guard = SlotGuard::new(&env, &slot);

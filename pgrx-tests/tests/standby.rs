@@ -910,17 +910,6 @@ fn st5_failover_slot_synced_to_the_standby() {
 // st6: a slot on the standby invalidated by a recovery conflict (rows_removed)
 // ---------------------------------------------------------------------------------------
 
-/// Puts the standby's hot_standby_feedback back (ALTER SYSTEM RESET), also on panic.
-struct FeedbackReset<'a>(&'a Standby);
-
-impl Drop for FeedbackReset<'_> {
-    fn drop(&mut self) {
-        let mut c = self.0.connect("pgsnap-st6-reset");
-        let _ = c.batch_execute("ALTER SYSTEM RESET hot_standby_feedback");
-        let _ = c.batch_execute("SELECT pg_reload_conf()");
-    }
-}
-
 #[test]
 fn st6_conflict_rows_removed_invalidates_the_standby_slot() {
     let Some((_g, env, mut pc, sb, mut sc)) = start_on_standby("st6") else {
@@ -929,17 +918,7 @@ fn st6_conflict_rows_removed_invalidates_the_standby_slot() {
     let slot = "pgsnap_st6";
     let _guard = SlotGuard::new(&sb.env, slot);
     // Without feedback the primary's VACUUM removes catalog rows the slot still needs.
-    sc.batch_execute("ALTER SYSTEM SET hot_standby_feedback = off")
-        .unwrap();
-    sc.batch_execute("SELECT pg_reload_conf()").unwrap();
-    wait_for("hot_standby_feedback off on the standby", WAIT, || {
-        sb.connect("pgsnap-st6-show")
-            .query_one("SHOW hot_standby_feedback", &[])
-            .unwrap()
-            .get::<_, String>(0)
-            == "off"
-    });
-    let _reset = FeedbackReset(&sb);
+    let _feedback_off = sb.env.set_reloaded("hot_standby_feedback", "off");
     sb.wait_replayed(&mut pc);
     create_on_standby(&env, &sb, &mut pc, slot);
     let catalog_xmin = server_slot(&mut sc, slot).catalog_xmin;
