@@ -20,9 +20,13 @@ pub struct WalReader {
     pub with_names: bool,
     /// Read the recovery conflict each record carries ([`WalRecord::conflict`]).
     pub with_conflicts: bool,
+    /// The record [`WalReader::next_record`] read last, filled in place (a record is
+    /// a hundred-odd bytes; moving one out per record would copy it each time).
+    pub rec: WalRecord,
 }
 
 /// One record, decoded far enough for the snapshot builder.
+#[derive(Clone, Debug)]
 pub struct WalRecord {
     pub head: RecordHead,
     pub payload: Payload,
@@ -268,11 +272,7 @@ impl WalReader {
                     "out of memory while allocating a WAL reading processor",
                 );
             }
-            let this = WalReader {
-                reader,
-                with_names: false,
-                with_conflicts: false,
-            };
+            let this = WalReader::new(reader);
             if compat::find_first(reader, start.0) == 0 {
                 raise(
                     C::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -297,28 +297,45 @@ impl WalReader {
                     "out of memory while allocating a WAL reading processor",
                 );
             }
-            let this = WalReader {
-                reader,
-                with_names: false,
-                with_conflicts: false,
-            };
+            let this = WalReader::new(reader);
             (compat::find_first(reader, start.0) != 0).then_some(this)
         }
     }
 
-    /// Reads the next record; `None` at the end of flushed WAL.
+    fn new(reader: *mut pg_sys::XLogReaderState) -> Self {
+        WalReader {
+            reader,
+            with_names: false,
+            with_conflicts: false,
+            rec: WalRecord {
+                head: RecordHead {
+                    lsn: Lsn(0),
+                    end_lsn: Lsn(0),
+                    xid: 0,
+                    top_xid: 0,
+                    rmid: 0,
+                    kind: RecordKind::Other,
+                    name: None,
+                },
+                payload: Payload::None,
+                conflict: None,
+            },
+        }
+    }
+
+    /// Reads the next record into [`WalReader::rec`]; false at the end of flushed WAL.
     ///
     /// Errors: `internal_error` ("could not read WAL at …") for a broken record,
     /// `data_corrupted` for a malformed RUNNING_XACTS, commit / abort / prepare, NEW_CID or
     /// logical message body.
-    pub fn next_record(&mut self) -> Option<WalRecord> {
+    pub fn next_record(&mut self) -> bool {
         pgrx::check_for_interrupts!();
         unsafe {
             let mut errormsg: *mut std::ffi::c_char = std::ptr::null_mut();
             let rec = pg_sys::XLogReadRecord(self.reader, &mut errormsg);
             if rec.is_null() {
                 if compat::end_of_wal(self.reader) {
-                    return None;
+                    return false;
                 }
                 let at = Lsn((*self.reader).EndRecPtr);
                 let why = if errormsg.is_null() {
@@ -333,24 +350,24 @@ impl WalReader {
             }
             let cur = compat::current(self.reader);
             let kind = RecordKind::classify(cur.rmid, cur.info);
-            let mut head = RecordHead {
-                lsn: Lsn((*self.reader).ReadRecPtr),
-                end_lsn: Lsn((*self.reader).EndRecPtr),
-                xid: cur.xid,
-                top_xid: cur.top_xid,
-                rmid: cur.rmid,
-                kind,
-                name: if self.with_names {
-                    Some(record_name(cur.rmid, cur.info))
-                } else {
-                    None
-                },
+            let head = &mut self.rec.head;
+            head.lsn = Lsn((*self.reader).ReadRecPtr);
+            head.end_lsn = Lsn((*self.reader).EndRecPtr);
+            head.xid = cur.xid;
+            head.top_xid = cur.top_xid;
+            head.rmid = cur.rmid;
+            head.kind = kind;
+            head.name = if self.with_names {
+                Some(record_name(cur.rmid, cur.info))
+            } else {
+                None
             };
             let data: &[u8] = if cur.main_data.is_null() || cur.main_data_len == 0 {
                 &[]
             } else {
                 std::slice::from_raw_parts(cur.main_data as *const u8, cur.main_data_len as usize)
             };
+            let head = &self.rec.head;
             let payload = match kind {
                 RecordKind::RunningXacts => match RunningXacts::parse(data) {
                     Ok(rx) => Payload::RunningXacts(rx),
@@ -414,14 +431,13 @@ impl WalReader {
             } else {
                 None
             };
-            if conflict.is_some() && head.name.is_none() {
-                head.name = Some(record_name(cur.rmid, cur.info));
+            let rec = &mut self.rec;
+            if conflict.is_some() && rec.head.name.is_none() {
+                rec.head.name = Some(record_name(cur.rmid, cur.info));
             }
-            Some(WalRecord {
-                head,
-                payload,
-                conflict,
-            })
+            rec.payload = payload;
+            rec.conflict = conflict;
+            true
         }
     }
 }

@@ -11,7 +11,7 @@ use snapbuild_core::{Replay, RestoreResult, TraceRow};
 
 use crate::adapter::raise;
 use crate::adapter::snapfiles::{self, SnapFileError};
-use crate::adapter::wal::{self, WalReader, WalRecord};
+use crate::adapter::wal::{self, WalReader};
 use crate::context::input::ReplayInput;
 
 /// What one turn of the record loop gives: a row (boxed, so that the record loop moves a
@@ -56,8 +56,9 @@ pub struct DecodingContext {
     pub input: ReplayInput,
     pub replay: Replay,
     reader: Option<WalReader>,
-    /// A record read but not fed yet (it ends after a limit given to `next_row_upto`).
-    pending: Option<WalRecord>,
+    /// The reader's record was read but not fed yet (it ends after a limit given to
+    /// `next_row_upto`).
+    pending: bool,
     /// The memory context the reader was allocated in (for set-returning functions the
     /// multi-call context): every read runs in it, since per-call contexts are reset.
     mcx: pg_sys::MemoryContext,
@@ -140,7 +141,7 @@ impl DecodingContext {
             input,
             replay,
             reader,
-            pending: None,
+            pending: false,
             mcx,
             last_record: None,
             records: 0,
@@ -276,35 +277,32 @@ impl DecodingContext {
 
     /// Reads the next record, within the input's `end`, and keeps it unfed while it ends
     /// after `limit`.
-    fn read(&mut self, limit: Option<Lsn>) -> Option<WalRecord> {
+    fn read(&mut self, limit: Option<Lsn>) -> bool {
         if self.stopped.is_some() {
-            return None;
+            return false;
         }
-        let rec = match self.pending.take() {
-            Some(r) => r,
-            None => {
-                let mcx = self.mcx;
-                let reader = self.reader.as_mut()?;
-                let next =
-                    unsafe { pgrx::PgMemoryContexts::For(mcx).switch_to(|_| reader.next_record()) };
-                match next {
-                    Some(r) => r,
-                    None => {
-                        self.stopped = Some(Stop::EndOfWal);
-                        return None;
-                    }
-                }
-            }
+        let Some(reader) = self.reader.as_mut() else {
+            return false;
         };
-        if self.input.end.is_some_and(|end| rec.head.end_lsn > end) {
+        if !std::mem::take(&mut self.pending) {
+            let mcx = self.mcx;
+            let more =
+                unsafe { pgrx::PgMemoryContexts::For(mcx).switch_to(|_| reader.next_record()) };
+            if !more {
+                self.stopped = Some(Stop::EndOfWal);
+                return false;
+            }
+        }
+        let end = reader.rec.head.end_lsn;
+        if self.input.end.is_some_and(|e| end > e) {
             self.stopped = Some(Stop::EndLsn);
-            return None;
+            return false;
         }
-        if limit.is_some_and(|l| rec.head.end_lsn > l) {
-            self.pending = Some(rec);
-            return None;
+        if limit.is_some_and(|l| end > l) {
+            self.pending = true;
+            return false;
         }
-        Some(rec)
+        true
     }
 
     /// The record loop: reads the next record and re-runs decode.c
@@ -321,28 +319,41 @@ impl DecodingContext {
     /// [`DecodingContext::next_row`], but only for a record ending at or before `limit`
     /// (a later one stays unread for the next call).
     pub fn next_row_upto(&mut self, limit: Option<Lsn>) -> Option<RowResult> {
-        let rec = self.read(limit)?;
-        let (version, tolerant) = (self.version, self.tolerant);
-        let mut restore = |lsn: Lsn| restore_snapshot(lsn, version, tolerant);
-        let mcx = self.mcx;
-        let replay = &mut self.replay;
-        let fed = unsafe {
-            pgrx::PgMemoryContexts::For(mcx)
-                .switch_to(|_| replay.feed_lean(&rec.head, &rec.payload, &mut restore))
+        if !self.read(limit) {
+            return None;
+        }
+        let rec = &self.reader.as_ref().expect("a record was read").rec;
+        let (version, tolerant, mcx) = (self.version, self.tolerant, self.mcx);
+        // The replay itself allocates nothing in PostgreSQL's memory; reading a `.snap`
+        // file does, in the reader's context (per-call contexts are reset).
+        let mut restore = |lsn: Lsn| unsafe {
+            pgrx::PgMemoryContexts::For(mcx).switch_to(|_| restore_snapshot(lsn, version, tolerant))
         };
+        let fed = self.replay.feed_lean(&rec.head, &rec.payload, &mut restore);
         self.records += 1;
         self.last_end = rec.head.end_lsn;
         self.last_record = Some(rec.head.lsn);
+        if rec.conflict.is_none() {
+            return Some(match fed {
+                Ok(None) if self.input.all_records => {
+                    Ok(Some(Box::new(self.replay.quiet_row(&rec.head))))
+                }
+                Ok(row) => Ok(row),
+                Err(e) => {
+                    self.stopped = Some(Stop::Error);
+                    Err(e)
+                }
+            });
+        }
         // A record that may invalidate the watched slot is judged on a row of its own.
+        let (conflict, name) = (rec.conflict.clone(), rec.head.name);
         let fed = match fed {
-            Ok(None) if self.input.all_records || rec.conflict.is_some() => {
-                Ok(Some(Box::new(self.replay.quiet_row(&rec.head))))
-            }
+            Ok(None) => Ok(Some(Box::new(self.replay.quiet_row(&rec.head)))),
             other => other,
         };
-        match (fed, &rec.conflict) {
+        match (fed, &conflict) {
             (Ok(Some(mut row)), Some(c)) => {
-                if let Some(n) = rec.head.name {
+                if let Some(n) = name {
                     row.record = n;
                 }
                 self.judge_invalidation(c, &mut row);
@@ -418,6 +429,7 @@ impl DecodingContext {
                 r.with_names = self.input.all_records;
                 r.with_conflicts = self.invalidation.is_some();
                 self.reader = Some(r);
+                self.pending = false;
                 self.stopped = None;
                 true
             }

@@ -74,6 +74,9 @@ pub struct OtherWriters {
     decoders: Option<(Vec<LoggedDecoder>, LineIndex)>,
     /// The LSN the replay's first builder message names (once one was seen).
     first_message_lsn: Option<Option<Lsn>>,
+    /// `log_min_messages` when above debug1, read once per trace (a setting cannot
+    /// change while a statement runs).
+    level_above_debug1: Option<Option<String>>,
 }
 
 impl OtherWriters {
@@ -92,6 +95,7 @@ impl OtherWriters {
             logged: Vec::new(),
             decoders: None,
             first_message_lsn: None,
+            level_above_debug1: None,
         }
     }
 
@@ -205,7 +209,10 @@ impl OtherWriters {
         if !skip && at.is_none() && commit_of.is_none() && !may_serialize {
             return DebugLines::NotAsked;
         }
-        let level_above_debug1 = log_min_messages_above_debug1();
+        let level_above_debug1 = self
+            .level_above_debug1
+            .get_or_insert_with(log_min_messages_above_debug1)
+            .clone();
         let replay = self.replay_start();
         let Ok((ds, ix)) = self.logged_decoders() else {
             return DebugLines::NotAsked;

@@ -4,6 +4,7 @@ pub mod diagnose;
 pub mod slot_prediction;
 pub mod slots;
 pub mod snapshot_files;
+pub mod srf;
 pub mod trace;
 pub mod types;
 pub mod visibility;

@@ -11,11 +11,13 @@ use snapbuild_core::{BuilderParams, TraceRow};
 
 use crate::adapter::{raise, raise_with_hint};
 use crate::context::{self, judge, DecodingContext, OtherWriters, RangeArgs, ReplayInput, Traced};
+use crate::sql::srf::{RowSlots, TableIterator};
 use crate::sql::types::{xids, JsonText, PgLsn, PgName, StaticText, StaticTexts, Xid};
 
 /// The replay of a [`ReplayInput`], run lazily: each `next()` runs the record loop until
 /// a record yields a row, so a trace holds the builder's state and one record at a time,
-/// never the WAL it has passed (the set-returning functions stream it row by row).
+/// never the WAL it has passed (the set-returning functions hand each row to the
+/// executor's tuplestore, which spills to disk past `work_mem`, before the next).
 pub struct TraceIter {
     ctx: DecodingContext,
     start_row: Option<Traced>,
@@ -200,6 +202,22 @@ macro_rules! columns_type {
 }
 with_trace_columns!(columns_type! {});
 
+/// `fn put_columns`: one row's columns into the row's slots, in the declared order.
+macro_rules! put_columns_fn {
+    ({} [ $($col:ident : [$($ty:tt)*]),* $(,)? ]) => {
+        fn put_columns(c: Columns, slots: &mut RowSlots) {
+            let ( $($col),* ) = c;
+            let mut i = 0;
+            $(
+                slots.put(i, $col.into_datum());
+                i += 1;
+            )*
+            debug_assert_eq!(i, 32);
+        }
+    };
+}
+with_trace_columns!(put_columns_fn! {});
+
 /// A set-returning trace function: the item given, returning the trace's columns.
 macro_rules! trace_function {
     ({ $(#[$attr:meta])* fn $name:ident ( $($arg:tt)* ) $body:block }
@@ -253,10 +271,18 @@ fn columns(t: &Traced, p: &BuilderParams, texts: &mut StaticTexts) -> Columns {
     )
 }
 
-fn to_table(rows: TraceIter) -> TableIterator<'static, Columns> {
+/// The trace as a materialize-mode set (`srf::TableIterator`): every row goes into the
+/// executor's tuplestore in one call.
+fn to_table(mut rows: TraceIter) -> TableIterator<'static, Columns> {
     let p = rows.ctx.input.params.clone();
     let mut texts = StaticTexts::new(rows.ctx.memory_context());
-    TableIterator::new(rows.map(move |t| columns(&t, &p, &mut texts)))
+    TableIterator::new(move |slots| match rows.next() {
+        Some(t) => {
+            put_columns(columns(&t, &p, &mut texts), slots);
+            true
+        }
+        None => false,
+    })
 }
 
 with_trace_columns!(trace_function! {

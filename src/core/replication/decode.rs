@@ -490,28 +490,15 @@ impl Replay {
     /// changed; the row [`Replay::quiet_row`] builds), so that most records (heap, btree,
     /// full-page images) cost no row at all. Same effects on the replay as `feed`.
     ///
-    /// The row and the error come boxed: the result is moved up through the record loop
-    /// for every record, and a pointer moves cheaply where a whole row (300-odd bytes)
-    /// does not.
+    /// The row and the error come boxed, and are boxed where they are made: an enum moves
+    /// whole whatever its variant, so an `Option<TraceRow>` (300-odd bytes) moved up
+    /// through the record loop would be copied for every record, rows or not.
     pub fn feed_lean(
         &mut self,
         head: &RecordHead,
         payload: &Payload,
         restore: &mut dyn FnMut(Lsn) -> RestoreResult,
     ) -> Result<Option<Box<TraceRow>>, Box<ReplayError>> {
-        match self.feed_unboxed(head, payload, restore) {
-            Ok(row) => Ok(row.map(Box::new)),
-            Err(e) => Err(Box::new(e)),
-        }
-    }
-
-    #[inline(always)]
-    fn feed_unboxed(
-        &mut self,
-        head: &RecordHead,
-        payload: &Payload,
-        restore: &mut dyn FnMut(Lsn) -> RestoreResult,
-    ) -> Result<Option<TraceRow>, ReplayError> {
         let before = self.builder.state;
         let fp = fingerprint(&self.builder);
         if transam::is_valid(head.top_xid) {
@@ -524,9 +511,11 @@ impl Replay {
         if head.rmid != RM_XACT_ID {
             self.builder.reorder.process_xid(head.xid, head.lsn);
         }
-        let fail = |s: &Self, step: Step, error: OnDiskError| ReplayError {
-            row: s.row(head, before, Some(step)),
-            error,
+        let fail = |s: &Self, step: Step, error: OnDiskError| {
+            Box::new(ReplayError {
+                row: s.row(head, before, Some(step)),
+                error,
+            })
         };
         let mut row = match (head.kind, payload) {
             (RecordKind::RunningXacts, Payload::RunningXacts(running)) => {
@@ -535,7 +524,7 @@ impl Replay {
                     .process_running_xacts(head.lsn, running, restore)
                 {
                     Ok(step) => {
-                        let mut row = self.row(head, before, Some(step));
+                        let mut row = Box::new(self.row(head, before, Some(step)));
                         row.running_xids = Some(running.xids.clone());
                         self.last_running_xacts = Some((head.lsn, head.end_lsn, running.clone()));
                         Some(row)
@@ -545,7 +534,7 @@ impl Replay {
             }
             (RecordKind::CheckpointShutdown | RecordKind::EndOfRecovery, _) => {
                 match self.builder.serialization_point(head.lsn, restore) {
-                    Ok(step) => Some(self.row(head, before, Some(step))),
+                    Ok(step) => Some(Box::new(self.row(head, before, Some(step)))),
                     Err((step, e)) => return Err(fail(self, step, e)),
                 }
             }
@@ -570,7 +559,7 @@ impl Replay {
                     self.slot_db,
                     two_phase,
                 );
-                let mut row = self.row(head, before, None);
+                let mut row = Box::new(self.row(head, before, None));
                 row.branch = Some(Branch::Commit.label());
                 row.xid = Some(*x);
                 if *has_invals
@@ -612,7 +601,7 @@ impl Replay {
                     None
                 };
                 d.map(|d| {
-                    let mut row = self.row(head, before, None);
+                    let mut row = Box::new(self.row(head, before, None));
                     row.xid = Some(*x);
                     row.decode = Some(d);
                     row.interesting = true;
@@ -642,7 +631,7 @@ impl Replay {
                         .decode_prepare(head.lsn, *x, subxacts, *db_id, self.slot_db)
                 };
                 d.map(|d| {
-                    let mut row = self.row(head, before, None);
+                    let mut row = Box::new(self.row(head, before, None));
                     row.xid = Some(*x);
                     row.decode = Some(d);
                     row.interesting = true;
@@ -691,7 +680,7 @@ impl Replay {
             _ => None,
         };
         if fingerprint(&self.builder) != fp {
-            row.get_or_insert_with(|| self.row(head, before, None))
+            row.get_or_insert_with(|| Box::new(self.row(head, before, None)))
                 .interesting = true;
         }
         if let Some(row) = row.as_mut() {

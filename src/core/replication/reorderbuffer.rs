@@ -275,12 +275,43 @@ pub struct ReorderModel {
     /// be answered; keyed by top-level xid, with their subtransactions pointing there.
     finished: HashMap<TransactionId, DecodingTxn>,
     finished_sub: HashMap<TransactionId, TransactionId>,
-    /// An xid known to be in `txns` (records of one transaction come in runs, so most
-    /// ReorderBufferProcessXid calls ask again for the last xid): 0 when none.
-    known: TransactionId,
-    /// An xid whose top-level transaction is known to have a base snapshot: 0 when none.
-    /// Both are forgotten whenever a transaction is let go of or reassigned.
-    based: TransactionId,
+    /// Xids known to be in `txns` (most ReorderBufferProcessXid calls ask again for one
+    /// of the few transactions in progress).
+    known: XidCache,
+    /// Xids whose top-level transaction is known to have a base snapshot.
+    /// Both forget a transaction (and its subtransactions) when it is let go of, and
+    /// everything when a subtransaction is assigned.
+    based: XidCache,
+}
+
+/// A direct-mapped set of a few xids (slot `xid % 16`), a cache in front of the hash
+/// table for the transactions in progress: `contains` may say false for a member, never
+/// true for an xid that was not inserted (or was removed) since the last `clear`.
+#[derive(Clone, Debug, Default)]
+struct XidCache([TransactionId; 16]);
+
+impl XidCache {
+    #[inline]
+    fn slot(x: TransactionId) -> usize {
+        (x % 16) as usize
+    }
+    #[inline]
+    fn contains(&self, x: TransactionId) -> bool {
+        transam::is_valid(x) && self.0[Self::slot(x)] == x
+    }
+    #[inline]
+    fn insert(&mut self, x: TransactionId) {
+        self.0[Self::slot(x)] = x;
+    }
+    #[inline]
+    fn remove(&mut self, x: TransactionId) {
+        if self.0[Self::slot(x)] == x {
+            self.0[Self::slot(x)] = 0;
+        }
+    }
+    fn clear(&mut self) {
+        self.0 = [0; 16];
+    }
 }
 
 impl ReorderModel {
@@ -288,10 +319,10 @@ impl ReorderModel {
     /// (created with the current restart point; records arrive in LSN order, so a
     /// first-seen counter stands for `first_lsn`).
     pub fn process_xid(&mut self, xid: TransactionId, _lsn: Lsn) {
-        if !transam::is_valid(xid) || xid == self.known {
+        if !transam::is_valid(xid) || self.known.contains(xid) {
             return;
         }
-        self.known = xid;
+        self.known.insert(xid);
         if let std::collections::hash_map::Entry::Vacant(v) = self.txns.entry(xid) {
             let seq = self.next_seq;
             self.next_seq += 1;
@@ -311,9 +342,15 @@ impl ReorderModel {
         if !transam::is_valid(sub) || sub == top {
             return;
         }
-        (self.known, self.based) = (0, 0);
         match self.txns.get(&sub).map(|t| t.top) {
             Some(Some(_)) => return, // already a known subtransaction
+            _ => {
+                self.known.clear();
+                self.based.clear();
+            }
+        }
+        match self.txns.get(&sub).map(|t| t.top) {
+            Some(Some(_)) => {}
             Some(None) => {
                 if let Some(seq) = self.txns.get(&sub).map(|t| t.seq) {
                     self.toplevel.remove(&seq);
@@ -355,11 +392,17 @@ impl ReorderModel {
     /// Re-runs reorderbuffer.c ReorderBufferXidHasBaseSnapshot (asked of the top-level
     /// transaction for a known subtransaction).
     pub fn has_base_snapshot(&self, x: TransactionId) -> bool {
-        (x == self.based && transam::is_valid(x))
-            || self
-                .txns
-                .get(&self.toplevel_of(x))
-                .is_some_and(|t| t.base_snapshot.is_some())
+        if self.based.contains(x) {
+            return true;
+        }
+        let top = match self.txns.get(&x) {
+            Some(t) if t.top.is_none() => return t.base_snapshot.is_some(),
+            Some(t) => t.top.unwrap_or(x),
+            None => x,
+        };
+        self.txns
+            .get(&top)
+            .is_some_and(|t| t.base_snapshot.is_some())
     }
 
     /// Re-runs reorderbuffer.c ReorderBufferSetBaseSnapshot.
@@ -368,7 +411,7 @@ impl ReorderModel {
         let top = self.toplevel_of(x);
         if let Some(t) = self.txns.get_mut(&top) {
             t.base_snapshot.get_or_insert((lsn, snapshot_xmin));
-            self.based = x;
+            self.based.insert(x);
         }
     }
 
@@ -447,9 +490,12 @@ impl ReorderModel {
 
     /// Re-runs reorderbuffer.c ReorderBufferCleanupTXN for `xid` (and its subxacts).
     pub fn cleanup(&mut self, xid: TransactionId) {
-        (self.known, self.based) = (0, 0);
+        self.known.remove(xid);
+        self.based.remove(xid);
         if let Some(t) = self.txns.remove(&xid) {
             for s in t.subxacts {
+                self.known.remove(s);
+                self.based.remove(s);
                 self.txns.remove(&s);
             }
             match t.top {
@@ -583,6 +629,13 @@ impl ReorderModel {
                 break;
             }
         }
+        // Before FULL_SNAPSHOT nothing lets go of a transaction at its commit, so the
+        // table may have grown to tens of thousands between two RUNNING_XACTS; a hash
+        // table keeps its capacity, and lookups in a large, nearly empty one miss the
+        // CPU cache on every first record of a transaction. Give the room back here.
+        if self.txns.capacity() > 256 && self.txns.len() * 8 < self.txns.capacity() {
+            self.txns.shrink_to(self.txns.len() * 2);
+        }
     }
 
     /// Re-runs reorderbuffer.c ReorderBufferGetCatalogChangesXacts: every known
@@ -694,6 +747,36 @@ mod tests {
         assert!(!m.knows(702) && !m.has_base_snapshot(702) && !m.has_base_snapshot(701));
         m.process_xid(702, Lsn(50));
         assert!(m.knows(702) && !m.has_base_snapshot(702));
+        // Interleaved transactions, two of them sharing a cache slot (xid % 16): letting
+        // one go forgets only it.
+        let mut m = ReorderModel::default();
+        for x in [800, 801, 816, 802] {
+            m.process_xid(x, Lsn(x as u64));
+            m.set_base_snapshot(x, Lsn(x as u64), 790);
+        }
+        m.process_xid(817, Lsn(900));
+        m.cleanup(816);
+        assert!(!m.knows(816) && !m.has_base_snapshot(816));
+        assert!([800, 801, 802]
+            .iter()
+            .all(|&x| m.knows(x) && m.has_base_snapshot(x)));
+        assert!(m.knows(817) && !m.has_base_snapshot(817));
+        m.cleanup(800);
+        assert!(!m.has_base_snapshot(800) && m.has_base_snapshot(801));
+    }
+
+    #[test]
+    fn abort_old_gives_back_the_room_of_forgotten_transactions() {
+        let mut m = ReorderModel::default();
+        for x in 1000..21000 {
+            m.process_xid(x, Lsn(x as u64));
+        }
+        m.set_base_snapshot(20999, Lsn(20999), 990);
+        assert!(m.txns.capacity() >= 20000);
+        m.abort_old(20990, Lsn(30000));
+        assert_eq!(m.txns.len(), 10);
+        assert!(m.txns.capacity() < 256, "capacity {}", m.txns.capacity());
+        assert!(m.knows(20995) && m.has_base_snapshot(20999) && !m.knows(20989));
     }
 
     #[test]
