@@ -57,10 +57,138 @@ unsafe extern "C-unwind" {
     fn wal_segment_close(state: *mut pgrx::pg_sys::XLogReaderState);
 }
 
+mod read_ahead {
+    //! Read-ahead in front of the server's page reader: the XLogReader asks for one 8 kB
+    //! page at a time and the server's page readers read each with its own pread (as
+    //! pg_waldump does), so a gigabyte of WAL costs over a hundred thousand system calls.
+    //! After the server's reader has read a whole page (deciding the timeline and checking
+    //! how far WAL is flushed, as always), the rest of that page's segment, up to 128 kB
+    //! and never past what is readable on the page's timeline, is read with one WALRead,
+    //! and the following pages are copied from there.
+    //!
+    //! It never reads past the end of the page's segment: the reader's segment
+    //! bookkeeping (`seg`, set by ReadPageInternal to the page's segment) and the
+    //! timeline decision (XLogReadDetermineTimeline, per segment) stay as the server's
+    //! reader left them. Pages it does not hold (the first of each read, partly flushed
+    //! ones, any after an error) go to the server's reader, which raises what it raises.
+    use pgrx::pg_sys;
+
+    /// Bytes read at once at most: 128 kB (16 pages), few enough to stay in the CPU's
+    /// cache until the XLogReader copies them out page by page.
+    pub const BYTES: usize = 128 << 10;
+
+    /// The pages read ahead: `len` bytes of WAL from LSN `start` in `buf` (allocated on
+    /// first use beside the reader's private data, freed with it).
+    #[repr(C)]
+    pub struct ReadAhead {
+        pub buf: *mut u8,
+        start: u64,
+        len: usize,
+    }
+
+    /// The server's page reader this one stands in front of.
+    pub type PageRead = unsafe extern "C-unwind" fn(
+        *mut pg_sys::XLogReaderState,
+        pg_sys::XLogRecPtr,
+        std::ffi::c_int,
+        pg_sys::XLogRecPtr,
+        *mut std::ffi::c_char,
+    ) -> std::ffi::c_int;
+
+    /// A page reader (XLogPageReadCB) for reader `state` whose read-ahead is `a`.
+    ///
+    /// # Safety
+    /// The XLogReader's page-read callback contract; `a` belongs to `state`.
+    pub unsafe fn read_page(
+        a: *mut ReadAhead,
+        server: PageRead,
+        state: *mut pg_sys::XLogReaderState,
+        target_page_ptr: pg_sys::XLogRecPtr,
+        req_len: std::ffi::c_int,
+        target_rec_ptr: pg_sys::XLogRecPtr,
+        cur_page: *mut std::ffi::c_char,
+    ) -> std::ffi::c_int {
+        const PAGE: u64 = pg_sys::XLOG_BLCKSZ as u64;
+        unsafe {
+            let held = &*a;
+            if !held.buf.is_null()
+                && target_page_ptr >= held.start
+                && target_page_ptr + PAGE <= held.start + held.len as u64
+            {
+                let off = (target_page_ptr - held.start) as usize;
+                std::ptr::copy_nonoverlapping(held.buf.add(off), cur_page.cast(), PAGE as usize);
+                return PAGE as std::ffi::c_int;
+            }
+            (*a).len = 0;
+            let primary_before = !pg_sys::RecoveryInProgress();
+            let n = server(state, target_page_ptr, req_len, target_rec_ptr, cur_page);
+            if n == PAGE as std::ffi::c_int {
+                fill(a, state, target_page_ptr + PAGE, primary_before);
+            }
+            n
+        }
+    }
+
+    /// Reads the whole pages after `from` that the server's reader would read from the
+    /// same segment and timeline as the page before `from`.
+    unsafe fn fill(
+        a: *mut ReadAhead,
+        state: *mut pg_sys::XLogReaderState,
+        from: u64,
+        primary_before: bool,
+    ) {
+        const PAGE: u64 = pg_sys::XLOG_BLCKSZ as u64;
+        unsafe {
+            let s = &*state;
+            let seg = s.segcxt.ws_segsize as u64;
+            if seg == 0 {
+                return;
+            }
+            // As read_local_xlog_page_guts bounds its reads: a historical timeline up to its
+            // switch point, the current one up to the flushed (or, in recovery, replayed)
+            // end, the latter only while the timeline the server's reader chose is still the
+            // current one.
+            let upto = if s.currTLIValidUntil != 0 {
+                s.currTLIValidUntil
+            } else if primary_before && !pg_sys::RecoveryInProgress() {
+                super::compat::flush_ptr()
+            } else if pg_sys::RecoveryInProgress() {
+                let mut tli: pg_sys::TimeLineID = 0;
+                let upto = pg_sys::GetXLogReplayRecPtr(&mut tli);
+                if tli != s.currTLI {
+                    return;
+                }
+                upto
+            } else {
+                return;
+            };
+            let segment_end = ((from - PAGE) / seg + 1) * seg;
+            let end = segment_end
+                .min(upto / PAGE * PAGE)
+                .min(from + BYTES as u64);
+            if end <= from {
+                return;
+            }
+            if (*a).buf.is_null() {
+                // The private data is a palloc'd chunk of its own (`a` lies inside it).
+                let cx = pg_sys::GetMemoryChunkContext(s.private_data);
+                (*a).buf = pg_sys::MemoryContextAlloc(cx, BYTES).cast();
+            }
+            let mut err: pg_sys::WALReadError = std::mem::zeroed();
+            // A failed read holds nothing: the server's reader meets the page itself.
+            if pg_sys::WALRead(state, (*a).buf.cast(), from, (end - from) as _, s.currTLI, &mut err) {
+                (*a).start = from;
+                (*a).len = (end - from) as usize;
+            }
+        }
+    }
+}
+
 #[cfg(not(feature = "pg14"))]
 mod compat {
     //! 15+: `read_local_xlog_page_no_wait` and `XLogFindNextRecord` exist in the backend,
     //! and the decoded record lives in `state->record`.
+    use super::read_ahead::{self, ReadAhead};
     use super::{wal_segment_close, wal_segment_open, Current};
     use pgrx::pg_sys;
 
@@ -74,11 +202,45 @@ mod compat {
         ) -> std::ffi::c_int;
     }
 
+    /// The reader's private data: the server's page reader's first (it casts the
+    /// pointer to its own struct), then the read-ahead.
+    #[repr(C)]
+    struct Private {
+        server: pg_sys::ReadLocalXLogPageNoWaitPrivate,
+        ahead: ReadAhead,
+    }
+
+    /// read_local_xlog_page_no_wait behind the read-ahead.
+    unsafe extern "C-unwind" fn read_page(
+        state: *mut pg_sys::XLogReaderState,
+        target_page_ptr: pg_sys::XLogRecPtr,
+        req_len: std::ffi::c_int,
+        target_rec_ptr: pg_sys::XLogRecPtr,
+        cur_page: *mut std::ffi::c_char,
+    ) -> std::ffi::c_int {
+        unsafe {
+            let p = (*state).private_data as *mut Private;
+            read_ahead::read_page(
+                &raw mut (*p).ahead,
+                read_local_xlog_page_no_wait,
+                state,
+                target_page_ptr,
+                req_len,
+                target_rec_ptr,
+                cur_page,
+            )
+        }
+    }
+
+    /// The read-ahead buffer of `reader`'s private data (null if never used).
+    pub unsafe fn ahead_buffer(private: *mut std::ffi::c_void) -> *mut u8 {
+        unsafe { (*(private as *mut Private)).ahead.buf }
+    }
+
     pub unsafe fn allocate() -> *mut pg_sys::XLogReaderState {
-        let private =
-            pg_sys::palloc0(std::mem::size_of::<pg_sys::ReadLocalXLogPageNoWaitPrivate>());
+        let private = pg_sys::palloc0(std::mem::size_of::<Private>());
         let mut routine = pg_sys::XLogReaderRoutine {
-            page_read: Some(read_local_xlog_page_no_wait),
+            page_read: Some(read_page),
             segment_open: Some(wal_segment_open),
             segment_close: Some(wal_segment_close),
         };
@@ -156,12 +318,41 @@ mod compat {
     //! 14: no no-wait page reader and no backend XLogFindNextRecord; the decoded record's
     //! fields sit in the reader itself. The page callback stops at the flushed end of WAL
     //! instead of waiting there, as 15's read_local_xlog_page_no_wait does.
+    use super::read_ahead::{self, ReadAhead};
     use super::{wal_segment_close, wal_segment_open, Current};
     use pgrx::pg_sys;
 
     #[repr(C)]
     struct Private {
         end_of_wal: bool,
+        ahead: ReadAhead,
+    }
+
+    /// read_page_no_wait behind the read-ahead.
+    unsafe extern "C-unwind" fn read_page(
+        state: *mut pg_sys::XLogReaderState,
+        target_page_ptr: pg_sys::XLogRecPtr,
+        req_len: std::ffi::c_int,
+        target_rec_ptr: pg_sys::XLogRecPtr,
+        cur_page: *mut std::ffi::c_char,
+    ) -> std::ffi::c_int {
+        unsafe {
+            let p = (*state).private_data as *mut Private;
+            read_ahead::read_page(
+                &raw mut (*p).ahead,
+                read_page_no_wait,
+                state,
+                target_page_ptr,
+                req_len,
+                target_rec_ptr,
+                cur_page,
+            )
+        }
+    }
+
+    /// The read-ahead buffer of `reader`'s private data (null if never used).
+    pub unsafe fn ahead_buffer(private: *mut std::ffi::c_void) -> *mut u8 {
+        unsafe { (*(private as *mut Private)).ahead.buf }
     }
 
     unsafe extern "C-unwind" {
@@ -193,7 +384,7 @@ mod compat {
     pub unsafe fn allocate() -> *mut pg_sys::XLogReaderState {
         let private = pg_sys::palloc0(std::mem::size_of::<Private>());
         let mut routine = pg_sys::XLogReaderRoutine {
-            page_read: Some(read_page_no_wait),
+            page_read: Some(read_page),
             segment_open: Some(wal_segment_open),
             segment_close: Some(wal_segment_close),
         };
@@ -690,6 +881,10 @@ impl Drop for WalReader {
                 let private = (*self.reader).private_data;
                 pg_sys::XLogReaderFree(self.reader);
                 if !private.is_null() {
+                    let buf = compat::ahead_buffer(private);
+                    if !buf.is_null() {
+                        pg_sys::pfree(buf.cast());
+                    }
                     pg_sys::pfree(private);
                 }
             }

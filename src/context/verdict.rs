@@ -3,7 +3,8 @@
 //! plain values, to the core's comparison (`snapbuild_core::compare::judge_row`).
 
 use snapbuild_core::compare::{
-    compare_with_server, judge_row, FileFact, LogWriters, ServerFacts, Verdict,
+    compare_with_server, judge_row, judged_only_by_subtransaction_lines, nothing_to_judge,
+    FileFact, LogWriters, ServerFacts, Verdict,
 };
 use snapbuild_core::TraceRow;
 
@@ -89,6 +90,16 @@ pub fn judge(
     version: u32,
     writers: &mut OtherWriters,
 ) -> Traced {
+    let mut plain_commit = || {
+        judged_only_by_subtransaction_lines(&row)
+            && !row.xid.is_some_and(|top| writers.logs_subtransactions_of(top))
+    };
+    if nothing_to_judge(&row) || plain_commit() {
+        return Traced {
+            row,
+            verdict: Verdict::default(),
+        };
+    }
     let facts = server_facts(&row, slot, version, writers);
     let verdict = judge_row(&row, &facts);
     Traced { row, verdict }

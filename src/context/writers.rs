@@ -165,6 +165,13 @@ impl OtherWriters {
         LogLines::Lines(lines_for(ds, Some(ix), msg, row.detail.as_deref(), replay))
     }
 
+    /// Whether the server log has `found subtransaction` lines (DEBUG1) for the commit of
+    /// `top` (false when the log cannot be read: the lines are then not asked for either).
+    pub fn logs_subtransactions_of(&mut self, top: u32) -> bool {
+        self.logged_decoders()
+            .is_ok_and(|(_, ix)| ix.logs_subtransactions_of(top))
+    }
+
     /// The log's decoders with their builder lines and their index (read once per
     /// trace).
     fn logged_decoders(&mut self) -> Result<(&[LoggedDecoder], &LineIndex), String> {
@@ -189,7 +196,9 @@ impl OtherWriters {
     /// snapshot to` lines of the record's `.snap` file on rows that may serialize
     /// (`serializing_lines_for`), whether a decoder that started as this replay did
     /// logged at DEBUG1 (and past this record), and the server's `log_min_messages` when
-    /// above debug1. `NotAsked` for other rows, and when the log cannot be read.
+    /// above debug1. `NotAsked` for other rows, for a commit row with no such line when the
+    /// replay found no catalog-changing subtransaction either (nothing to judge), and when
+    /// the log cannot be read.
     pub fn debug_lines_for(&mut self, row: &TraceRow) -> DebugLines {
         let skip = row
             .message
@@ -209,10 +218,6 @@ impl OtherWriters {
         if !skip && at.is_none() && commit_of.is_none() && !may_serialize {
             return DebugLines::NotAsked;
         }
-        let level_above_debug1 = self
-            .level_above_debug1
-            .get_or_insert_with(log_min_messages_above_debug1)
-            .clone();
         let replay = self.replay_start();
         let Ok((ds, ix)) = self.logged_decoders() else {
             return DebugLines::NotAsked;
@@ -249,12 +254,26 @@ impl OtherWriters {
         } else {
             Vec::new()
         };
+        // Most commits: no line and no catalog-changing subtransaction, nothing to judge.
+        if !skip
+            && !may_serialize
+            && candidates.is_empty()
+            && subtransactions.is_empty()
+            && subs.is_empty()
+        {
+            return DebugLines::NotAsked;
+        }
+        let same_start_logs_debug = same_start_logs_debug(ds, replay);
+        let level_above_debug1 = self
+            .level_above_debug1
+            .get_or_insert_with(log_min_messages_above_debug1)
+            .clone();
         DebugLines::Lines {
             candidates,
             subtransactions,
             serializing,
             same_start_passed,
-            same_start_logs_debug: same_start_logs_debug(ds, replay),
+            same_start_logs_debug,
             level_above_debug1,
         }
     }

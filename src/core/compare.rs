@@ -415,6 +415,40 @@ pub fn state_name(raw: i32) -> String {
         .to_owned()
 }
 
+/// Whether no server fact can give `row` a verdict: no builder message, step, branch,
+/// commit, RUNNING_XACTS, `.snap` file, slot candidate or state change (most records of
+/// an `all_records` trace: heap, btree, full-page images). [`judge_row`] returns
+/// `Verdict::default()` for such a row whatever the facts, so they need not be gathered.
+pub fn nothing_to_judge(row: &TraceRow) -> bool {
+    row.message.is_none()
+        && row.branch.is_none()
+        && row.commit.is_none()
+        && row.decode.is_none()
+        && row.running_xids.is_none()
+        && row.serialized.is_none()
+        && row.restored_from.is_none()
+        && row.candidate_xmin.is_none()
+        && row.candidate_restart.is_none()
+        && row.state_before == row.state
+}
+
+/// Whether only `found subtransaction X:S with catalog changes` lines (DEBUG1) in the
+/// log could give `row` a verdict: a commit row whose replay found no catalog-changing
+/// subtransaction, with nothing else to judge ([`nothing_to_judge`] but for the commit).
+/// With no such line for its transaction, [`judge_row`] gives it no verdict.
+pub fn judged_only_by_subtransaction_lines(row: &TraceRow) -> bool {
+    row.commit.is_some()
+        && replay_catalog_subxacts(row).is_empty()
+        && row.message.is_none()
+        && row.branch.is_none_or(|b| b == crate::replication::snapbuild::Branch::Commit.label())
+        && row.running_xids.is_none()
+        && row.serialized.is_none()
+        && row.restored_from.is_none()
+        && row.candidate_xmin.is_none()
+        && row.candidate_restart.is_none()
+        && row.state_before == row.state
+}
+
 /// Judges one replayed row against the server's facts.
 ///
 /// - A serialize row with a file: [`compare_with_server`]. A difference in a field every
@@ -531,6 +565,10 @@ fn with_subtransaction_lines(row: &TraceRow, mut v: Verdict, facts: &ServerFacts
     let Some(top) = row.xid else {
         return v;
     };
+    // Most commits: no line and none found, nothing to say (and nothing to build).
+    if subtransactions.is_empty() && replay_catalog_subxacts(row).is_empty() {
+        return v;
+    }
     let want: std::collections::BTreeSet<u32> =
         replay_catalog_subxacts(row).iter().copied().collect();
     add_sources(&mut v, name_debug_lines(subtransactions, 16));
@@ -1054,6 +1092,110 @@ mod tests {
             log_lines: LogLines::NotAsked,
             debug_lines: DebugLines::NotAsked,
         }
+    }
+
+    /// A row `nothing_to_judge` lets go unjudged gets no verdict from `judge_row` whatever
+    /// the facts (a `.snap` file at its LSN, the slot's confirmed_flush at its end, log
+    /// lines); rows with something to judge are not let go.
+    #[test]
+    fn nothing_to_judge_means_no_verdict_whatever_the_facts() {
+        let row = serialize_row();
+        assert!(!nothing_to_judge(&row));
+        let file = *row.serialized.clone().unwrap();
+        let raw = file.encode().unwrap();
+        let mut quiet = row.clone();
+        quiet.serialized = None;
+        quiet.serialize_context = None;
+        quiet.branch = None;
+        quiet.message = None;
+        quiet.detail = None;
+        quiet.running_xids = None;
+        quiet.state_before = quiet.state;
+        assert!(nothing_to_judge(&quiet));
+        for debug_lines in [
+            DebugLines::NotAsked,
+            DebugLines::Lines {
+                candidates: Vec::new(),
+                subtransactions: Vec::new(),
+                serializing: Vec::new(),
+                same_start_passed: true,
+                same_start_logs_debug: false,
+                level_above_debug1: Some("warning".into()),
+            },
+        ] {
+            let f = ServerFacts {
+                confirmed_flush: Some(quiet.end_lsn.0),
+                replay_start: Some(Lsn(1)),
+                log_lines: LogLines::Lines(Vec::new()),
+                debug_lines,
+                ..facts(FileFact::Read {
+                    file: file.clone(),
+                    raw: raw.clone(),
+                })
+            };
+            assert_eq!(judge_row(&quiet, &f), Verdict::default());
+        }
+        // A commit row that found no catalog-changing subtransaction: no verdict without
+        // such lines.
+        let mut r = Replay::new(
+            &BuilderParams {
+                version: PgVersion::newest(18),
+                initial_xmin_horizon: 0,
+                start_decoding_at: Lsn(0),
+                building_full_snapshot: false,
+                in_slot_creation: false,
+                two_phase_at: Lsn(0),
+            },
+            5,
+        );
+        let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
+        let running = crate::include::standbydefs::RunningXacts::new(600, 600, &[]);
+        let at = |lsn: u64, xid: u32, kind| RecordHead {
+            lsn: Lsn(lsn),
+            end_lsn: Lsn(lsn + 8),
+            xid,
+            top_xid: 0,
+            rmid: 0,
+            kind,
+            name: None,
+        };
+        r.feed(&at(100, 0, RecordKind::RunningXacts), &Payload::RunningXacts(running), &mut none)
+            .unwrap();
+        let commit = r
+            .feed(
+                &at(200, 600, RecordKind::Commit),
+                &Payload::Commit {
+                    xid: 600,
+                    subxacts: vec![601],
+                    has_invals: false,
+                    db_id: 5,
+                    gid: String::new(),
+                },
+                &mut none,
+            )
+            .unwrap();
+        assert!(commit.commit.is_some() && !nothing_to_judge(&commit));
+        assert!(judged_only_by_subtransaction_lines(&commit));
+        for debug_lines in [
+            DebugLines::NotAsked,
+            DebugLines::Lines {
+                candidates: Vec::new(),
+                subtransactions: Vec::new(),
+                serializing: Vec::new(),
+                same_start_passed: true,
+                same_start_logs_debug: true,
+                level_above_debug1: None,
+            },
+        ] {
+            let f = ServerFacts {
+                debug_lines,
+                ..facts(FileFact::Absent)
+            };
+            assert_eq!(judge_row(&commit, &f), Verdict::default());
+        }
+        let mut became_consistent = quiet.clone();
+        became_consistent.state_before = SnapBuildState::FullSnapshot;
+        assert!(!nothing_to_judge(&became_consistent));
     }
 
     #[test]

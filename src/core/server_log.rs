@@ -1031,6 +1031,11 @@ impl LineIndex {
         }
         LineIndex { map, by_top_xid }
     }
+
+    /// Whether some decoder logged `found subtransaction` lines for the commit of `top`.
+    pub fn logs_subtransactions_of(&self, top: u32) -> bool {
+        self.by_top_xid.contains_key(&top)
+    }
 }
 
 /// The `found subtransaction X:S with catalog changes` lines (snapbuild.c
