@@ -163,9 +163,7 @@ mod read_ahead {
                 return;
             };
             let segment_end = ((from - PAGE) / seg + 1) * seg;
-            let end = segment_end
-                .min(upto / PAGE * PAGE)
-                .min(from + BYTES as u64);
+            let end = segment_end.min(upto / PAGE * PAGE).min(from + BYTES as u64);
             if end <= from {
                 return;
             }
@@ -176,7 +174,14 @@ mod read_ahead {
             }
             let mut err: pg_sys::WALReadError = std::mem::zeroed();
             // A failed read holds nothing: the server's reader meets the page itself.
-            if pg_sys::WALRead(state, (*a).buf.cast(), from, (end - from) as _, s.currTLI, &mut err) {
+            if pg_sys::WALRead(
+                state,
+                (*a).buf.cast(),
+                from,
+                (end - from) as _,
+                s.currTLI,
+                &mut err,
+            ) {
                 (*a).start = from;
                 (*a).len = (end - from) as usize;
             }

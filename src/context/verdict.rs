@@ -92,7 +92,9 @@ pub fn judge(
 ) -> Traced {
     let mut plain_commit = || {
         judged_only_by_subtransaction_lines(&row)
-            && !row.xid.is_some_and(|top| writers.logs_subtransactions_of(top))
+            && !row
+                .xid
+                .is_some_and(|top| writers.logs_subtransactions_of(top))
     };
     if nothing_to_judge(&row) || plain_commit() {
         return Traced {

@@ -440,7 +440,9 @@ pub fn judged_only_by_subtransaction_lines(row: &TraceRow) -> bool {
     row.commit.is_some()
         && replay_catalog_subxacts(row).is_empty()
         && row.message.is_none()
-        && row.branch.is_none_or(|b| b == crate::replication::snapbuild::Branch::Commit.label())
+        && row
+            .branch
+            .is_none_or(|b| b == crate::replication::snapbuild::Branch::Commit.label())
         && row.running_xids.is_none()
         && row.serialized.is_none()
         && row.restored_from.is_none()
@@ -1159,8 +1161,12 @@ mod tests {
             kind,
             name: None,
         };
-        r.feed(&at(100, 0, RecordKind::RunningXacts), &Payload::RunningXacts(running), &mut none)
-            .unwrap();
+        r.feed(
+            &at(100, 0, RecordKind::RunningXacts),
+            &Payload::RunningXacts(running),
+            &mut none,
+        )
+        .unwrap();
         let commit = r
             .feed(
                 &at(200, 600, RecordKind::Commit),
