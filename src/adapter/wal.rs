@@ -631,7 +631,10 @@ impl WalReader {
             if conflict.is_some() && rec.head.name.is_none() {
                 rec.head.name = Some(record_name(cur.rmid, cur.info));
             }
-            rec.payload = payload;
+            // Most records have no body to keep, before as now: nothing to drop or move.
+            if !matches!((&rec.payload, &payload), (Payload::None, Payload::None)) {
+                rec.payload = payload;
+            }
             rec.conflict = conflict;
             true
         }

@@ -499,6 +499,19 @@ impl Replay {
         payload: &Payload,
         restore: &mut dyn FnMut(Lsn) -> RestoreResult,
     ) -> Result<Option<Box<TraceRow>>, Box<ReplayError>> {
+        // Most records: a heap change or a record only its xid matters of. Neither can
+        // change what the fingerprint below looks at, nor make a row.
+        if matches!(head.kind, RecordKind::Change | RecordKind::Other)
+            && !transam::is_valid(head.top_xid)
+        {
+            if head.rmid != RM_XACT_ID {
+                self.builder.reorder.process_xid(head.xid, head.lsn);
+            }
+            if head.kind == RecordKind::Change && self.change_gives_base_snapshot() {
+                self.builder.process_change(head.xid, head.lsn);
+            }
+            return Ok(None);
+        }
         let before = self.builder.state;
         let fp = fingerprint(&self.builder);
         if transam::is_valid(head.top_xid) {
