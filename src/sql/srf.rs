@@ -177,6 +177,13 @@ fn align_up(off: usize, align: usize) -> usize {
     (off + align - 1) & !(align - 1)
 }
 
+/// VARATT_CAN_MAKE_SHORT's size test for an uncompressed 4-byte-header varlena of total
+/// size `size`: its data fits a 1-byte header (VARATT_SHORT_MAX, 127 bytes with it).
+#[inline]
+fn can_make_short(size: usize) -> bool {
+    size - 4 < 0x7F
+}
+
 /// A varlena's first header byte and, for a 4-byte header, its total size (VARSIZE).
 #[inline]
 unsafe fn varlena_header(p: *const u8) -> (u8, usize) {
@@ -287,11 +294,11 @@ impl TupleFormer {
             match a.len {
                 -1 => {
                     let (b, size) = unsafe { varlena_header(v.cast_mut_ptr::<u8>()) };
-                    if b == 0x01 {
-                        return None; // external or expanded
+                    if b == 0x01 || (b & 0x01 == 0 && size < 4) {
+                        return None; // external or expanded (or no valid header)
                     } else if b & 0x01 == 0x01 {
                         len += ((b >> 1) & 0x7F) as usize; // 1-byte header: no alignment
-                    } else if a.packable && b & 0x03 == 0 && size - 4 + 1 <= 0x7F {
+                    } else if a.packable && b & 0x03 == 0 && can_make_short(size) {
                         len += size - 3; // will get a 1-byte header: no alignment
                     } else {
                         len = align_up(len, a.align) + size;
@@ -334,7 +341,7 @@ impl TupleFormer {
                         let n = ((b >> 1) & 0x7F) as usize;
                         std::ptr::copy_nonoverlapping(p, data.add(off), n);
                         off += n;
-                    } else if a.packable && b & 0x03 == 0 && size - 4 + 1 <= 0x7F {
+                    } else if a.packable && b & 0x03 == 0 && can_make_short(size) {
                         let n = size - 3;
                         *data.add(off) = ((n as u8) << 1) | 0x01;
                         std::ptr::copy_nonoverlapping(p.add(4), data.add(off + 1), n - 1);
