@@ -86,6 +86,48 @@ mod read_ahead {
         len: usize,
     }
 
+    /// A reader's private data: the server's page reader's own first (that reader casts
+    /// the pointer to its own struct), then the read-ahead.
+    #[repr(C)]
+    pub struct Private<S> {
+        pub server: S,
+        pub ahead: ReadAhead,
+    }
+
+    /// The private data `S` of a server page reader, and that reader.
+    pub trait ServerPageRead {
+        const READ: PageRead;
+    }
+
+    /// The page reader (XLogPageReadCB) of a reader whose private data is a
+    /// `Private<S>`: `S::READ` behind the read-ahead.
+    pub unsafe extern "C-unwind" fn page_read<S: ServerPageRead>(
+        state: *mut pg_sys::XLogReaderState,
+        target_page_ptr: pg_sys::XLogRecPtr,
+        req_len: std::ffi::c_int,
+        target_rec_ptr: pg_sys::XLogRecPtr,
+        cur_page: *mut std::ffi::c_char,
+    ) -> std::ffi::c_int {
+        unsafe {
+            let p = (*state).private_data as *mut Private<S>;
+            read_page(
+                &raw mut (*p).ahead,
+                S::READ,
+                state,
+                target_page_ptr,
+                req_len,
+                target_rec_ptr,
+                cur_page,
+            )
+        }
+    }
+
+    /// The read-ahead buffer of a reader's private data `private` (a `Private<S>`), null
+    /// if never used.
+    pub unsafe fn buffer<S>(private: *mut std::ffi::c_void) -> *mut u8 {
+        unsafe { (*(private as *mut Private<S>)).ahead.buf }
+    }
+
     /// The server's page reader this one stands in front of.
     pub type PageRead = unsafe extern "C-unwind" fn(
         *mut pg_sys::XLogReaderState,
@@ -193,7 +235,7 @@ mod read_ahead {
 mod compat {
     //! 15+: `read_local_xlog_page_no_wait` and `XLogFindNextRecord` exist in the backend,
     //! and the decoded record lives in `state->record`.
-    use super::read_ahead::{self, ReadAhead};
+    use super::read_ahead::{self, Private, ServerPageRead};
     use super::{wal_segment_close, wal_segment_open, Current};
     use pgrx::pg_sys;
 
@@ -207,45 +249,17 @@ mod compat {
         ) -> std::ffi::c_int;
     }
 
-    /// The reader's private data: the server's page reader's first (it casts the
-    /// pointer to its own struct), then the read-ahead.
-    #[repr(C)]
-    struct Private {
-        server: pg_sys::ReadLocalXLogPageNoWaitPrivate,
-        ahead: ReadAhead,
-    }
+    /// The server page reader's private data: its end-of-WAL flag.
+    pub type Server = pg_sys::ReadLocalXLogPageNoWaitPrivate;
 
-    /// read_local_xlog_page_no_wait behind the read-ahead.
-    unsafe extern "C-unwind" fn read_page(
-        state: *mut pg_sys::XLogReaderState,
-        target_page_ptr: pg_sys::XLogRecPtr,
-        req_len: std::ffi::c_int,
-        target_rec_ptr: pg_sys::XLogRecPtr,
-        cur_page: *mut std::ffi::c_char,
-    ) -> std::ffi::c_int {
-        unsafe {
-            let p = (*state).private_data as *mut Private;
-            read_ahead::read_page(
-                &raw mut (*p).ahead,
-                read_local_xlog_page_no_wait,
-                state,
-                target_page_ptr,
-                req_len,
-                target_rec_ptr,
-                cur_page,
-            )
-        }
-    }
-
-    /// The read-ahead buffer of `reader`'s private data (null if never used).
-    pub unsafe fn ahead_buffer(private: *mut std::ffi::c_void) -> *mut u8 {
-        unsafe { (*(private as *mut Private)).ahead.buf }
+    impl ServerPageRead for Server {
+        const READ: read_ahead::PageRead = read_local_xlog_page_no_wait;
     }
 
     pub unsafe fn allocate() -> *mut pg_sys::XLogReaderState {
-        let private = pg_sys::palloc0(std::mem::size_of::<Private>());
+        let private = pg_sys::palloc0(std::mem::size_of::<Private<Server>>());
         let mut routine = pg_sys::XLogReaderRoutine {
-            page_read: Some(read_page),
+            page_read: Some(read_ahead::page_read::<Server>),
             segment_open: Some(wal_segment_open),
             segment_close: Some(wal_segment_close),
         };
@@ -263,8 +277,8 @@ mod compat {
     }
 
     pub unsafe fn end_of_wal(reader: *mut pg_sys::XLogReaderState) -> bool {
-        let private = (*reader).private_data as *mut pg_sys::ReadLocalXLogPageNoWaitPrivate;
-        (*private).end_of_wal
+        let private = (*reader).private_data as *mut Private<Server>;
+        (*private).server.end_of_wal
     }
 
     pub unsafe fn current(reader: *mut pg_sys::XLogReaderState) -> Current {
@@ -323,41 +337,18 @@ mod compat {
     //! 14: no no-wait page reader and no backend XLogFindNextRecord; the decoded record's
     //! fields sit in the reader itself. The page callback stops at the flushed end of WAL
     //! instead of waiting there, as 15's read_local_xlog_page_no_wait does.
-    use super::read_ahead::{self, ReadAhead};
+    use super::read_ahead::{self, Private, ServerPageRead};
     use super::{wal_segment_close, wal_segment_open, Current};
     use pgrx::pg_sys;
 
+    /// The private data of the page reader below: its end-of-WAL flag.
     #[repr(C)]
-    struct Private {
+    pub struct Server {
         end_of_wal: bool,
-        ahead: ReadAhead,
     }
 
-    /// read_page_no_wait behind the read-ahead.
-    unsafe extern "C-unwind" fn read_page(
-        state: *mut pg_sys::XLogReaderState,
-        target_page_ptr: pg_sys::XLogRecPtr,
-        req_len: std::ffi::c_int,
-        target_rec_ptr: pg_sys::XLogRecPtr,
-        cur_page: *mut std::ffi::c_char,
-    ) -> std::ffi::c_int {
-        unsafe {
-            let p = (*state).private_data as *mut Private;
-            read_ahead::read_page(
-                &raw mut (*p).ahead,
-                read_page_no_wait,
-                state,
-                target_page_ptr,
-                req_len,
-                target_rec_ptr,
-                cur_page,
-            )
-        }
-    }
-
-    /// The read-ahead buffer of `reader`'s private data (null if never used).
-    pub unsafe fn ahead_buffer(private: *mut std::ffi::c_void) -> *mut u8 {
-        unsafe { (*(private as *mut Private)).ahead.buf }
+    impl ServerPageRead for Server {
+        const READ: read_ahead::PageRead = read_page_no_wait;
     }
 
     unsafe extern "C-unwind" {
@@ -380,16 +371,18 @@ mod compat {
         cur_page: *mut std::ffi::c_char,
     ) -> std::ffi::c_int {
         if target_page_ptr + req_len as u64 > flush_ptr() {
-            (*((*state).private_data as *mut Private)).end_of_wal = true;
+            (*((*state).private_data as *mut Private<Server>))
+                .server
+                .end_of_wal = true;
             return -1;
         }
         read_local_xlog_page(state, target_page_ptr, req_len, target_rec_ptr, cur_page)
     }
 
     pub unsafe fn allocate() -> *mut pg_sys::XLogReaderState {
-        let private = pg_sys::palloc0(std::mem::size_of::<Private>());
+        let private = pg_sys::palloc0(std::mem::size_of::<Private<Server>>());
         let mut routine = pg_sys::XLogReaderRoutine {
-            page_read: Some(read_page),
+            page_read: Some(read_ahead::page_read::<Server>),
             segment_open: Some(wal_segment_open),
             segment_close: Some(wal_segment_close),
         };
@@ -409,7 +402,9 @@ mod compat {
     }
 
     pub unsafe fn end_of_wal(reader: *mut pg_sys::XLogReaderState) -> bool {
-        (*((*reader).private_data as *mut Private)).end_of_wal
+        (*((*reader).private_data as *mut Private<Server>))
+            .server
+            .end_of_wal
     }
 
     pub unsafe fn current(reader: *mut pg_sys::XLogReaderState) -> Current {
@@ -889,7 +884,7 @@ impl Drop for WalReader {
                 let private = (*self.reader).private_data;
                 pg_sys::XLogReaderFree(self.reader);
                 if !private.is_null() {
-                    let buf = compat::ahead_buffer(private);
+                    let buf = read_ahead::buffer::<compat::Server>(private);
                     if !buf.is_null() {
                         pg_sys::pfree(buf.cast());
                     }

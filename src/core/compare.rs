@@ -1047,8 +1047,20 @@ mod tests {
     use crate::replication::decode::{Payload, RecordHead, RecordKind, Replay};
     use crate::replication::snapbuild::{BuilderParams, RestoreResult};
 
-    /// A consistent replay (branch a) that then serializes at a shutdown checkpoint.
-    fn serialize_row() -> TraceRow {
+    fn head(lsn: u64, xid: u32, kind: RecordKind) -> RecordHead {
+        RecordHead {
+            lsn: Lsn(lsn),
+            end_lsn: Lsn(lsn + 8),
+            xid,
+            top_xid: 0,
+            rmid: 0,
+            kind,
+            name: None,
+        }
+    }
+
+    /// A replay made consistent (branch a) by a RUNNING_XACTS at 0/64 with nothing running.
+    fn consistent_replay() -> Replay {
         let p = BuilderParams {
             version: PgVersion::newest(18),
             initial_xmin_horizon: 0,
@@ -1058,29 +1070,37 @@ mod tests {
             two_phase_at: Lsn(0),
         };
         let mut r = Replay::new(&p, 5);
-        let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
-        let head = |lsn: u64, kind| RecordHead {
-            lsn: Lsn(lsn),
-            end_lsn: Lsn(lsn + 8),
-            xid: 0,
-            top_xid: 0,
-            rmid: 0,
-            kind,
-            name: None,
-        };
         let running = crate::include::standbydefs::RunningXacts::new(600, 600, &[]);
         r.feed(
-            &head(100, RecordKind::RunningXacts),
+            &head(100, 0, RecordKind::RunningXacts),
             &Payload::RunningXacts(running),
-            &mut none,
+            &mut |_: Lsn| -> RestoreResult { Ok(None) },
         )
         .unwrap();
-        r.feed(
-            &head(200, RecordKind::CheckpointShutdown),
-            &Payload::None,
-            &mut none,
-        )
-        .unwrap()
+        r
+    }
+
+    /// A consistent replay (branch a) that then serializes at a shutdown checkpoint.
+    fn serialize_row() -> TraceRow {
+        consistent_replay()
+            .feed(
+                &head(200, 0, RecordKind::CheckpointShutdown),
+                &Payload::None,
+                &mut |_: Lsn| -> RestoreResult { Ok(None) },
+            )
+            .unwrap()
+    }
+
+    /// DEBUG1 lines asked for and none found.
+    fn no_debug_lines(same_start_logs_debug: bool, level: Option<&str>) -> DebugLines {
+        DebugLines::Lines {
+            candidates: Vec::new(),
+            subtransactions: Vec::new(),
+            serializing: Vec::new(),
+            same_start_passed: true,
+            same_start_logs_debug,
+            level_above_debug1: level.map(str::to_owned),
+        }
     }
 
     fn facts(file: FileFact) -> ServerFacts {
@@ -1114,17 +1134,7 @@ mod tests {
         quiet.running_xids = None;
         quiet.state_before = quiet.state;
         assert!(nothing_to_judge(&quiet));
-        for debug_lines in [
-            DebugLines::NotAsked,
-            DebugLines::Lines {
-                candidates: Vec::new(),
-                subtransactions: Vec::new(),
-                serializing: Vec::new(),
-                same_start_passed: true,
-                same_start_logs_debug: false,
-                level_above_debug1: Some("warning".into()),
-            },
-        ] {
+        for debug_lines in [DebugLines::NotAsked, no_debug_lines(false, Some("warning"))] {
             let f = ServerFacts {
                 confirmed_flush: Some(quiet.end_lsn.0),
                 replay_start: Some(Lsn(1)),
@@ -1139,37 +1149,11 @@ mod tests {
         }
         // A commit row that found no catalog-changing subtransaction: no verdict without
         // such lines.
-        let mut r = Replay::new(
-            &BuilderParams {
-                version: PgVersion::newest(18),
-                initial_xmin_horizon: 0,
-                start_decoding_at: Lsn(0),
-                building_full_snapshot: false,
-                in_slot_creation: false,
-                two_phase_at: Lsn(0),
-            },
-            5,
-        );
+        let mut r = consistent_replay();
         let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
-        let running = crate::include::standbydefs::RunningXacts::new(600, 600, &[]);
-        let at = |lsn: u64, xid: u32, kind| RecordHead {
-            lsn: Lsn(lsn),
-            end_lsn: Lsn(lsn + 8),
-            xid,
-            top_xid: 0,
-            rmid: 0,
-            kind,
-            name: None,
-        };
-        r.feed(
-            &at(100, 0, RecordKind::RunningXacts),
-            &Payload::RunningXacts(running),
-            &mut none,
-        )
-        .unwrap();
         let commit = r
             .feed(
-                &at(200, 600, RecordKind::Commit),
+                &head(200, 600, RecordKind::Commit),
                 &Payload::Commit {
                     xid: 600,
                     subxacts: vec![601],
@@ -1182,17 +1166,7 @@ mod tests {
             .unwrap();
         assert!(commit.commit.is_some() && !nothing_to_judge(&commit));
         assert!(judged_only_by_subtransaction_lines(&commit));
-        for debug_lines in [
-            DebugLines::NotAsked,
-            DebugLines::Lines {
-                candidates: Vec::new(),
-                subtransactions: Vec::new(),
-                serializing: Vec::new(),
-                same_start_passed: true,
-                same_start_logs_debug: true,
-                level_above_debug1: None,
-            },
-        ] {
+        for debug_lines in [DebugLines::NotAsked, no_debug_lines(true, None)] {
             let f = ServerFacts {
                 debug_lines,
                 ..facts(FileFact::Absent)
