@@ -123,8 +123,15 @@ while read -r major version sha; do
 done <<<"$WHEELS
 $MINOR_WHEELS"
 
-# 5. cargo pgrx init (rewrites ~/.pgrx/config.toml; cheap)
+# 5. cargo pgrx init (rewrites ~/.pgrx/config.toml; cheap). It keeps the entries of majors it
+#    is not given, and one whose pg_config is gone (an older checkout removed) breaks every pgrx
+#    build ("The specified pg_config binary ... does not exist"): drop those first.
 cd "$ROOT"
+pgrx_config=${PGRX_HOME:-$HOME/.pgrx}/config.toml
+if [ -f "$pgrx_config" ]; then
+    awk -F'"' '/^pg[0-9]+ *= *"/ && system("test -x \"" $2 "\"") != 0 { next } { print }' \
+        "$pgrx_config" >"$pgrx_config.tmp" && mv "$pgrx_config.tmp" "$pgrx_config"
+fi
 init_args=()
 for major in $MAJORS; do init_args+=("--pg$major" "$ROOT/.pg/$major/bin/pg_config"); done
 run "cargo pgrx init" cargo pgrx init "${init_args[@]}"
