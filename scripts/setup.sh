@@ -123,6 +123,17 @@ while read -r major version sha; do
 done <<<"$WHEELS
 $MINOR_WHEELS"
 
+# 4b. Keep the clusters' ports (55400+MAJOR, standbys +50, older minors and the benchmark up to
+#     55899) out of the kernel's ephemeral range, so that no client connection's local port takes
+#     one of them (a standby once failed to start with "Address already in use" on a port no
+#     server held). Best effort: skipped where /proc/sys is read-only.
+reserved=/proc/sys/net/ipv4/ip_local_reserved_ports
+if [ -w "$reserved" ] && ! grep -q '55400-55899' "$reserved"; then
+    current=$(cat "$reserved")
+    echo "${current:+$current,}55400-55899" >"$reserved" 2>/dev/null &&
+        say "reserved ports 55400-55899 (net.ipv4.ip_local_reserved_ports)" || true
+fi
+
 # 5. cargo pgrx init (rewrites ~/.pgrx/config.toml; cheap). It keeps the entries of majors it
 #    is not given, and one whose pg_config is gone (an older checkout removed) breaks every pgrx
 #    build ("The specified pg_config binary ... does not exist"): drop those first.
