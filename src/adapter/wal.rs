@@ -99,29 +99,6 @@ mod read_ahead {
         const READ: PageRead;
     }
 
-    /// The page reader (XLogPageReadCB) of a reader whose private data is a
-    /// `Private<S>`: `S::READ` behind the read-ahead.
-    pub unsafe extern "C-unwind" fn page_read<S: ServerPageRead>(
-        state: *mut pg_sys::XLogReaderState,
-        target_page_ptr: pg_sys::XLogRecPtr,
-        req_len: std::ffi::c_int,
-        target_rec_ptr: pg_sys::XLogRecPtr,
-        cur_page: *mut std::ffi::c_char,
-    ) -> std::ffi::c_int {
-        unsafe {
-            let p = (*state).private_data as *mut Private<S>;
-            read_page(
-                &raw mut (*p).ahead,
-                S::READ,
-                state,
-                target_page_ptr,
-                req_len,
-                target_rec_ptr,
-                cur_page,
-            )
-        }
-    }
-
     /// The read-ahead buffer of a reader's private data `private` (a `Private<S>`), null
     /// if never used.
     pub unsafe fn buffer<S>(private: *mut std::ffi::c_void) -> *mut u8 {
@@ -137,13 +114,12 @@ mod read_ahead {
         *mut std::ffi::c_char,
     ) -> std::ffi::c_int;
 
-    /// A page reader (XLogPageReadCB) for reader `state` whose read-ahead is `a`.
+    /// The page reader (XLogPageReadCB) of a reader whose private data is a
+    /// `Private<S>`: `S::READ` behind the read-ahead.
     ///
     /// # Safety
-    /// The XLogReader's page-read callback contract; `a` belongs to `state`.
-    pub unsafe fn read_page(
-        a: *mut ReadAhead,
-        server: PageRead,
+    /// The XLogReader's page-read callback contract.
+    pub unsafe extern "C-unwind" fn page_read<S: ServerPageRead>(
         state: *mut pg_sys::XLogReaderState,
         target_page_ptr: pg_sys::XLogRecPtr,
         req_len: std::ffi::c_int,
@@ -152,6 +128,7 @@ mod read_ahead {
     ) -> std::ffi::c_int {
         const PAGE: u64 = pg_sys::XLOG_BLCKSZ as u64;
         unsafe {
+            let a = &raw mut (*((*state).private_data as *mut Private<S>)).ahead;
             let held = &*a;
             if !held.buf.is_null()
                 && target_page_ptr >= held.start
@@ -163,7 +140,7 @@ mod read_ahead {
             }
             (*a).len = 0;
             let primary_before = !pg_sys::RecoveryInProgress();
-            let n = server(state, target_page_ptr, req_len, target_rec_ptr, cur_page);
+            let n = S::READ(state, target_page_ptr, req_len, target_rec_ptr, cur_page);
             if n == PAGE as std::ffi::c_int {
                 fill(a, state, target_page_ptr + PAGE, primary_before);
             }

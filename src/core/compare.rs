@@ -420,10 +420,13 @@ pub fn state_name(raw: i32) -> String {
 /// an `all_records` trace: heap, btree, full-page images). [`judge_row`] returns
 /// `Verdict::default()` for such a row whatever the facts, so they need not be gathered.
 pub fn nothing_to_judge(row: &TraceRow) -> bool {
+    row.branch.is_none() && row.commit.is_none() && row.decode.is_none() && no_record_fact(row)
+}
+
+/// No builder message, RUNNING_XACTS, `.snap` file, slot candidate or state change: what
+/// [`nothing_to_judge`] and [`judged_only_by_subtransaction_lines`] both ask of a row.
+fn no_record_fact(row: &TraceRow) -> bool {
     row.message.is_none()
-        && row.branch.is_none()
-        && row.commit.is_none()
-        && row.decode.is_none()
         && row.running_xids.is_none()
         && row.serialized.is_none()
         && row.restored_from.is_none()
@@ -439,16 +442,10 @@ pub fn nothing_to_judge(row: &TraceRow) -> bool {
 pub fn judged_only_by_subtransaction_lines(row: &TraceRow) -> bool {
     row.commit.is_some()
         && replay_catalog_subxacts(row).is_empty()
-        && row.message.is_none()
         && row
             .branch
             .is_none_or(|b| b == crate::replication::snapbuild::Branch::Commit.label())
-        && row.running_xids.is_none()
-        && row.serialized.is_none()
-        && row.restored_from.is_none()
-        && row.candidate_xmin.is_none()
-        && row.candidate_restart.is_none()
-        && row.state_before == row.state
+        && no_record_fact(row)
 }
 
 /// Judges one replayed row against the server's facts.
