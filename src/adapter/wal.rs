@@ -5,6 +5,7 @@
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode as C;
 use snapbuild_core::access::xactdesc;
+use snapbuild_core::include::transam;
 use snapbuild_core::include::heapam_xlog::NewCid;
 use snapbuild_core::replication::decode::{Payload, RecordHead, RecordKind};
 use snapbuild_core::replication::message::LogicalMessage;
@@ -23,6 +24,11 @@ pub struct WalReader {
     /// The record [`WalReader::next_record`] read last, filled in place (a record is
     /// a hundred-odd bytes; moving one out per record would copy it each time).
     pub rec: WalRecord,
+    /// Lean records read by the last batch and not yet handed out, from `lean_at` on.
+    lean: heapless::Vec<LeanHead, BATCH>,
+    lean_at: usize,
+    /// What follows them.
+    held: Held,
 }
 
 /// One record, decoded far enough for the snapshot builder.
@@ -57,6 +63,43 @@ unsafe extern "C-unwind" {
     fn wal_segment_close(state: *mut pgrx::pg_sys::XLogReaderState);
 }
 
+// Called only inside one `pg_guard_ffi_boundary` around a whole batch (see
+// [`WalReader::read_batch`]): an ERROR in them returns to that guard, as it would to the
+// guard pgrx puts around each call of its own bindings.
+unsafe extern "C-unwind" {
+    #[link_name = "XLogReadRecord"]
+    fn xlog_read_record_in_batch(
+        state: *mut pgrx::pg_sys::XLogReaderState,
+        errormsg: *mut *mut std::ffi::c_char,
+    ) -> *mut pgrx::pg_sys::XLogRecord;
+    #[link_name = "ProcessInterrupts"]
+    fn process_interrupts_in_batch();
+}
+
+/// Records read at most under one guard (see [`WalReader::read_batch`]).
+const BATCH: usize = 64;
+
+/// The head of a record whose head is all the replay needs (a heap change, or a record
+/// only its xid matters of), read ahead in a batch.
+#[derive(Clone, Copy)]
+struct LeanHead {
+    lsn: u64,
+    end_lsn: u64,
+    xid: u32,
+    rmid: u8,
+    kind: RecordKind,
+}
+
+/// What ended a batch, after its lean heads: the reader's current record (read, not yet
+/// taken), the end of WAL or a read error (XLogReadRecord's NULL and its message), or
+/// nothing (the batch was full).
+#[derive(Clone, Copy)]
+enum Held {
+    Nothing,
+    Record,
+    Null(*mut std::ffi::c_char),
+}
+
 mod read_ahead {
     //! Read-ahead in front of the server's page reader: the XLogReader asks for one 8 kB
     //! page at a time and the server's page readers read each with its own pread (as
@@ -64,7 +107,11 @@ mod read_ahead {
     //! After the server's reader has read a whole page (deciding the timeline and checking
     //! how far WAL is flushed, as always), the rest of that page's segment, up to 128 kB
     //! and never past what is readable on the page's timeline, is read with one WALRead,
-    //! and the following pages are copied from there.
+    //! and the following pages are served from there: the reader's `readBuf` is pointed at
+    //! the page in the read-ahead buffer instead of copying it (every use of `readBuf` in
+    //! xlogreader.c, 14 to 18, reads the pointer afresh after each page read, and only
+    //! re-reads of the same page happen while it holds a pointer into the page). Before the
+    //! server's reader runs, and before XLogReaderFree, `readBuf` is the reader's own again.
     //!
     //! It never reads past the end of the page's segment: the reader's segment
     //! bookkeeping (`seg`, set by ReadPageInternal to the page's segment) and the
@@ -74,7 +121,7 @@ mod read_ahead {
     use pgrx::pg_sys;
 
     /// Bytes read at once at most: 128 kB (16 pages), few enough to stay in the CPU's
-    /// cache until the XLogReader copies them out page by page.
+    /// cache while the XLogReader reads them page by page.
     pub const BYTES: usize = 128 << 10;
 
     /// The pages read ahead: `len` bytes of WAL from LSN `start` in `buf` (allocated on
@@ -84,6 +131,8 @@ mod read_ahead {
         pub buf: *mut u8,
         start: u64,
         len: usize,
+        /// The reader's own `readBuf` (XLogReaderAllocate's), null until the first page read.
+        own: *mut std::ffi::c_char,
     }
 
     /// A reader's private data: the server's page reader's own first (that reader casts
@@ -103,6 +152,20 @@ mod read_ahead {
     /// if never used.
     pub unsafe fn buffer<S>(private: *mut std::ffi::c_void) -> *mut u8 {
         unsafe { (*(private as *mut Private<S>)).ahead.buf }
+    }
+
+    /// Points `state->readBuf` back at the reader's own buffer (before XLogReaderFree,
+    /// which frees it).
+    ///
+    /// # Safety
+    /// `state` is a live reader whose private data is a `Private<S>`.
+    pub unsafe fn restore_own_buffer<S>(state: *mut pg_sys::XLogReaderState) {
+        unsafe {
+            let private = (*state).private_data as *mut Private<S>;
+            if !private.is_null() && !(*private).ahead.own.is_null() {
+                (*state).readBuf = (*private).ahead.own;
+            }
+        }
     }
 
     /// The server's page reader this one stands in front of.
@@ -129,18 +192,26 @@ mod read_ahead {
         const PAGE: u64 = pg_sys::XLOG_BLCKSZ as u64;
         unsafe {
             let a = &raw mut (*((*state).private_data as *mut Private<S>)).ahead;
+            if (*a).own.is_null() {
+                // The first call: readBuf is still the reader's own.
+                (*a).own = cur_page;
+            }
             let held = &*a;
             if !held.buf.is_null()
                 && target_page_ptr >= held.start
                 && target_page_ptr + PAGE <= held.start + held.len as u64
             {
                 let off = (target_page_ptr - held.start) as usize;
-                std::ptr::copy_nonoverlapping(held.buf.add(off), cur_page.cast(), PAGE as usize);
+                (*state).readBuf = held.buf.add(off).cast();
                 return PAGE as std::ffi::c_int;
             }
+            // The server's reader reads into the reader's own buffer, and the read-ahead
+            // buffer is about to be refilled: nothing may point into it any more.
+            let own = held.own;
+            (*state).readBuf = own;
             (*a).len = 0;
             let primary_before = !pg_sys::RecoveryInProgress();
-            let n = S::READ(state, target_page_ptr, req_len, target_rec_ptr, cur_page);
+            let n = S::READ(state, target_page_ptr, req_len, target_rec_ptr, own);
             if n == PAGE as std::ffi::c_int {
                 fill(a, state, target_page_ptr + PAGE, primary_before);
             }
@@ -488,7 +559,53 @@ impl WalReader {
                 payload: Payload::None,
                 conflict: None,
             },
+            lean: heapless::Vec::new(),
+            lean_at: 0,
+            held: Held::Nothing,
         }
+    }
+
+    /// Reads records under one guard (one sigsetjmp for up to [`BATCH`] records instead of
+    /// one per record) while each needs nothing but its head: their heads go to `lean`,
+    /// and `held` says what stopped the batch. Only when neither names nor conflicts are
+    /// asked for (both need the record itself).
+    ///
+    /// Nothing in the loop owns memory or needs dropping, so an ERROR (raised by the
+    /// page reader or by ProcessInterrupts) may leave it by longjmp to the guard, which
+    /// re-raises it as pgrx does for a single call.
+    fn read_batch(&mut self) {
+        let reader = self.reader;
+        let lean = &mut self.lean;
+        lean.clear();
+        self.lean_at = 0;
+        self.held = unsafe {
+            pg_sys::ffi::pg_guard_ffi_boundary(|| loop {
+                if pg_sys::InterruptPending != 0 {
+                    process_interrupts_in_batch();
+                }
+                let mut errormsg: *mut std::ffi::c_char = std::ptr::null_mut();
+                if xlog_read_record_in_batch(reader, &mut errormsg).is_null() {
+                    break Held::Null(errormsg);
+                }
+                let cur = compat::current(reader);
+                let kind = RecordKind::classify(cur.rmid, cur.info);
+                if !matches!(kind, RecordKind::Change | RecordKind::Other)
+                    || transam::is_valid(cur.top_xid)
+                {
+                    break Held::Record;
+                }
+                let head = LeanHead {
+                    lsn: (*reader).ReadRecPtr,
+                    end_lsn: (*reader).EndRecPtr,
+                    xid: cur.xid,
+                    rmid: cur.rmid,
+                    kind,
+                };
+                if lean.push(head).is_err() || lean.is_full() {
+                    break Held::Nothing;
+                }
+            })
+        };
     }
 
     /// Reads the next record into [`WalReader::rec`]; false at the end of flushed WAL.
@@ -498,24 +615,64 @@ impl WalReader {
     /// logical message body.
     pub fn next_record(&mut self) -> bool {
         pgrx::check_for_interrupts!();
-        unsafe {
-            let mut errormsg: *mut std::ffi::c_char = std::ptr::null_mut();
-            let rec = pg_sys::XLogReadRecord(self.reader, &mut errormsg);
-            if rec.is_null() {
-                if compat::end_of_wal(self.reader) {
-                    return false;
+        loop {
+            if let Some(h) = self.lean.get(self.lean_at).copied() {
+                self.lean_at += 1;
+                let rec = &mut self.rec;
+                rec.head.lsn = Lsn(h.lsn);
+                rec.head.end_lsn = Lsn(h.end_lsn);
+                rec.head.xid = h.xid;
+                rec.head.top_xid = 0;
+                rec.head.rmid = h.rmid;
+                rec.head.kind = h.kind;
+                rec.head.name = None;
+                if !matches!(rec.payload, Payload::None) {
+                    rec.payload = Payload::None;
                 }
-                let at = Lsn((*self.reader).EndRecPtr);
-                let why = if errormsg.is_null() {
-                    String::new()
-                } else {
-                    format!(": {}", std::ffi::CStr::from_ptr(errormsg).to_string_lossy())
-                };
-                raise(
-                    C::ERRCODE_INTERNAL_ERROR,
-                    format!("could not read WAL at {at}{why}"),
-                );
+                rec.conflict = None;
+                return true;
             }
+            match std::mem::replace(&mut self.held, Held::Nothing) {
+                Held::Record => return unsafe { self.take_current() },
+                Held::Null(errormsg) => return unsafe { self.at_null(errormsg) },
+                Held::Nothing => {}
+            }
+            if self.with_names || self.with_conflicts {
+                let mut errormsg: *mut std::ffi::c_char = std::ptr::null_mut();
+                unsafe {
+                    if pg_sys::XLogReadRecord(self.reader, &mut errormsg).is_null() {
+                        return self.at_null(errormsg);
+                    }
+                    return self.take_current();
+                }
+            }
+            self.read_batch();
+        }
+    }
+
+    /// After XLogReadRecord returned NULL: false at the end of flushed WAL, else the read
+    /// error as an ERROR.
+    unsafe fn at_null(&mut self, errormsg: *mut std::ffi::c_char) -> bool {
+        unsafe {
+            if compat::end_of_wal(self.reader) {
+                return false;
+            }
+            let at = Lsn((*self.reader).EndRecPtr);
+            let why = if errormsg.is_null() {
+                String::new()
+            } else {
+                format!(": {}", std::ffi::CStr::from_ptr(errormsg).to_string_lossy())
+            };
+            raise(
+                C::ERRCODE_INTERNAL_ERROR,
+                format!("could not read WAL at {at}{why}"),
+            );
+        }
+    }
+
+    /// Fills [`WalReader::rec`] from the reader's current record.
+    unsafe fn take_current(&mut self) -> bool {
+        unsafe {
             let cur = compat::current(self.reader);
             let kind = RecordKind::classify(cur.rmid, cur.info);
             let head = &mut self.rec.head;
@@ -859,6 +1016,7 @@ impl Drop for WalReader {
         unsafe {
             if !self.reader.is_null() {
                 let private = (*self.reader).private_data;
+                read_ahead::restore_own_buffer::<compat::Server>(self.reader);
                 pg_sys::XLogReaderFree(self.reader);
                 if !private.is_null() {
                     let buf = read_ahead::buffer::<compat::Server>(private);

@@ -24,6 +24,8 @@ use crate::adapter::raise;
 pub struct RowSlots<'s> {
     values: &'s mut [pg_sys::Datum],
     nulls: &'s mut [bool],
+    /// Bit i set: column i is NULL (columns past 64 are not tracked here).
+    mask: u64,
 }
 
 impl RowSlots<'_> {
@@ -33,9 +35,16 @@ impl RowSlots<'_> {
     #[inline]
     pub fn put(&mut self, i: usize, datum: Option<pg_sys::Datum>) {
         if let (Some(v), Some(n)) = (self.values.get_mut(i), self.nulls.get_mut(i)) {
+            let bit = 1u64.checked_shl(i as u32).unwrap_or(0);
             match datum {
-                Some(d) => (*v, *n) = (d, false),
-                None => (*v, *n) = (pg_sys::Datum::from(0), true),
+                Some(d) => {
+                    (*v, *n) = (d, false);
+                    self.mask &= !bit;
+                }
+                None => {
+                    (*v, *n) = (pg_sys::Datum::from(0), true);
+                    self.mask |= bit;
+                }
             }
         }
     }
@@ -108,18 +117,22 @@ unsafe impl<Columns> BoxRet for TableIterator<'_, Columns> {
             let mut buf = Vec::new();
             let mut row_cx = pgrx::PgMemoryContexts::new("pg_snapbuild row");
             loop {
+                let mut mask = u64::MAX;
                 let more = row_cx.switch_to(|_| {
                     let mut slots = RowSlots {
                         values: &mut values,
                         nulls: &mut nulls,
+                        mask,
                     };
-                    (self.next)(&mut slots)
+                    let more = (self.next)(&mut slots);
+                    mask = slots.mask;
+                    more
                 });
                 if !more {
                     break;
                 }
                 // Both copy the row into the store's own memory.
-                match former.form(&values, &nulls, &mut buf) {
+                match former.form_masked(&values, &nulls, mask, &mut buf) {
                     Some(mut tuple) => pg_sys::tuplestore_puttuple(store, &mut tuple),
                     None => pg_sys::tuplestore_putvalues(
                         store,
@@ -140,13 +153,23 @@ unsafe impl<Columns> BoxRet for TableIterator<'_, Columns> {
 
 /// One attribute's storage, as heaptuple.c reads it from pg_attribute: `attlen`, the
 /// alignment in bytes (`attalign`), `attbyval`, and whether a varlena may be stored with a
-/// 1-byte header (`attstorage` other than plain).
+/// 1-byte header (`attstorage` other than plain); with the attribute's index, as a step
+/// of a null pattern's plan.
 #[derive(Clone, Copy, Debug)]
 struct Att {
+    index: u16,
     len: i16,
-    align: usize,
+    align: u16,
     byval: bool,
     packable: bool,
+}
+
+/// The attributes present in rows of one null pattern (bit i of `mask`: attribute i is
+/// NULL), in order, and the header size of such a tuple.
+struct Plan {
+    mask: u64,
+    present: Box<[Att]>,
+    hoff: usize,
 }
 
 /// Forms heap tuples of one row type: heaptuple.c heap_form_tuple (heap_compute_data_size
@@ -163,9 +186,8 @@ pub struct TupleFormer {
     atts: Vec<Att>,
     typeid: pg_sys::Oid,
     typmod: i32,
-    /// The attributes present (indexes) for each null pattern met (bit i: attribute i
-    /// is NULL), and the one used last.
-    plans: Vec<(u64, std::rc::Rc<[u16]>)>,
+    /// The plan of each null pattern met, and the one used last.
+    plans: Vec<Plan>,
     last: usize,
 }
 
@@ -207,8 +229,9 @@ impl TupleFormer {
         unsafe {
             let d = pgrx::PgTupleDesc::from_pg_unchecked(desc);
             let atts = (0..d.len())
-                .filter_map(|i| d.get(i))
-                .map(|a| Att {
+                .filter_map(|i| d.get(i).map(|a| (i, a)))
+                .map(|(i, a)| Att {
+                    index: i as u16,
                     len: a.attlen,
                     align: match a.attalign as u8 {
                         b'c' => 1,
@@ -230,27 +253,38 @@ impl TupleFormer {
         }
     }
 
-    /// The indexes of the attributes present for null pattern `mask`.
-    fn present(&mut self, mask: u64) -> std::rc::Rc<[u16]> {
-        if let Some((m, p)) = self.plans.get(self.last) {
-            if *m == mask {
-                return p.clone();
-            }
+    /// The index in `plans` of the plan for null pattern `mask`.
+    fn plan(&mut self, mask: u64) -> usize {
+        if self.plans.get(self.last).is_some_and(|p| p.mask == mask) {
+            return self.last;
         }
-        if let Some(at) = self.plans.iter().position(|(m, _)| *m == mask) {
+        if let Some(at) = self.plans.iter().position(|p| p.mask == mask) {
             self.last = at;
         } else {
             // Rows of a few kinds only: a bounded set of patterns.
             if self.plans.len() >= 64 {
                 self.plans.clear();
             }
-            let p: std::rc::Rc<[u16]> = (0..self.atts.len() as u16)
-                .filter(|i| mask & (1 << i) == 0)
+            let natts = self.atts.len();
+            let bits = std::mem::offset_of!(pg_sys::HeapTupleHeaderData, t_bits);
+            let hoff = align_up(
+                bits + if mask != 0 { natts.div_ceil(8) } else { 0 },
+                MAXIMUM_ALIGNOF,
+            );
+            let present = self
+                .atts
+                .iter()
+                .filter(|a| mask & (1 << a.index) == 0)
+                .copied()
                 .collect();
-            self.plans.push((mask, p));
+            self.plans.push(Plan {
+                mask,
+                present,
+                hoff,
+            });
             self.last = self.plans.len() - 1;
         }
-        self.plans[self.last].1.clone()
+        self.last
     }
 
     /// The heap tuple of `values` / `nulls` (one per attribute), built in `buf` (which
@@ -265,6 +299,26 @@ impl TupleFormer {
         nulls: &[bool],
         buf: &mut Vec<u64>,
     ) -> Option<pg_sys::HeapTupleData> {
+        let mask = nulls
+            .iter()
+            .take(64)
+            .enumerate()
+            .fold(0u64, |m, (i, null)| m | (u64::from(*null) << i));
+        unsafe { self.form_masked(values, nulls, mask, buf) }
+    }
+
+    /// [`TupleFormer::form`] with the null pattern given: bit i of `mask` set when
+    /// `nulls[i]` is.
+    ///
+    /// # Safety
+    /// As for `form`, and `mask` matches `nulls`.
+    pub unsafe fn form_masked(
+        &mut self,
+        values: &[pg_sys::Datum],
+        nulls: &[bool],
+        mask: u64,
+        buf: &mut Vec<u64>,
+    ) -> Option<pg_sys::HeapTupleData> {
         let natts = self.atts.len();
         if cfg!(target_endian = "big")
             || natts == 0
@@ -274,23 +328,18 @@ impl TupleFormer {
         {
             return None;
         }
+        let mask = mask & (u64::MAX >> (64 - natts));
+        debug_assert!((0..natts).all(|i| nulls[i] == (mask & (1 << i) != 0)));
         // The attributes present, by null pattern: rows of one kind share theirs, and
         // walking only those keeps the loops below free of unpredictable branches.
-        let mask = nulls
-            .iter()
-            .enumerate()
-            .fold(0u64, |m, (i, null)| m | (u64::from(*null) << i));
-        let present = self.present(mask);
+        let at = self.plan(mask);
+        let plan = &self.plans[at];
         let has_null = mask != 0;
-        let bits = std::mem::offset_of!(pg_sys::HeapTupleHeaderData, t_bits);
-        let hoff = align_up(
-            bits + if has_null { natts.div_ceil(8) } else { 0 },
-            MAXIMUM_ALIGNOF,
-        );
+        let hoff = plan.hoff;
         // heap_compute_data_size
         let mut len = 0usize;
-        for &i in present.iter() {
-            let (a, v) = (self.atts[i as usize], values[i as usize]);
+        for a in plan.present.iter() {
+            let v = values[a.index as usize];
             match a.len {
                 -1 => {
                     let (b, size) = unsafe { varlena_header(v.cast_mut_ptr::<u8>()) };
@@ -301,11 +350,11 @@ impl TupleFormer {
                     } else if a.packable && b & 0x03 == 0 && can_make_short(size) {
                         len += size - 3; // will get a 1-byte header: no alignment
                     } else {
-                        len = align_up(len, a.align) + size;
+                        len = align_up(len, a.align as usize) + size;
                     }
                 }
                 n if n > 0 && (!a.byval || matches!(n, 1 | 2 | 4 | 8)) => {
-                    len = align_up(len, a.align) + n as usize;
+                    len = align_up(len, a.align as usize) + n as usize;
                 }
                 _ => return None,
             }
@@ -318,6 +367,7 @@ impl TupleFormer {
         unsafe {
             // heap_fill_tuple
             let data = base.add(hoff);
+            let bits = std::mem::offset_of!(pg_sys::HeapTupleHeaderData, t_bits);
             let bitmap = base.add(bits);
             let mut infomask: u16 = if has_null {
                 pg_sys::HEAP_HASNULL as u16
@@ -331,8 +381,8 @@ impl TupleFormer {
                 std::ptr::copy_nonoverlapping(bytes.as_ptr(), bitmap, natts.div_ceil(8));
             }
             let mut off = 0usize;
-            for &i in present.iter() {
-                let (a, v) = (self.atts[i as usize], values[i as usize]);
+            for a in plan.present.iter() {
+                let v = values[a.index as usize];
                 if a.len == -1 {
                     infomask |= pg_sys::HEAP_HASVARWIDTH as u16;
                     let p = v.cast_mut_ptr::<u8>();
@@ -347,13 +397,13 @@ impl TupleFormer {
                         std::ptr::copy_nonoverlapping(p.add(4), data.add(off + 1), n - 1);
                         off += n;
                     } else {
-                        off = align_up(off, a.align);
+                        off = align_up(off, a.align as usize);
                         std::ptr::copy_nonoverlapping(p, data.add(off), size);
                         off += size;
                     }
                 } else {
                     let n = a.len as usize;
-                    off = align_up(off, a.align);
+                    off = align_up(off, a.align as usize);
                     let at = data.add(off);
                     if a.byval {
                         let x = v.value();
