@@ -650,6 +650,22 @@ impl WalReader {
         }
     }
 
+    /// The next record read ahead in a batch that needs only its head, not yet handed
+    /// out: (start LSN, end LSN, kind, rmid, xid; no top-level xid). [`WalReader::skip_lean`]
+    /// hands it out without filling [`WalReader::rec`].
+    #[inline]
+    pub fn peek_lean(&self) -> Option<(Lsn, Lsn, RecordKind, u8, u32)> {
+        self.lean
+            .get(self.lean_at)
+            .map(|h| (Lsn(h.lsn), Lsn(h.end_lsn), h.kind, h.rmid, h.xid))
+    }
+
+    /// Hands out the record [`WalReader::peek_lean`] gave.
+    #[inline]
+    pub fn skip_lean(&mut self) {
+        self.lean_at += 1;
+    }
+
     /// After XLogReadRecord returned NULL: false at the end of flushed WAL, else the read
     /// error as an ERROR.
     unsafe fn at_null(&mut self, errormsg: *mut std::ffi::c_char) -> bool {

@@ -305,6 +305,30 @@ impl DecodingContext {
         true
     }
 
+    /// Feeds the records the reader has read ahead that need only their head (heap
+    /// changes, records only the xid matters of: most records), in a loop of their own:
+    /// none makes a row unless every record does (`all_records`, not here). Stops before
+    /// one ending past `limit` or the input's end, which the record loop then meets.
+    fn feed_read_ahead_heads(&mut self, limit: Option<Lsn>) {
+        let Some(reader) = self.reader.as_mut() else {
+            return;
+        };
+        let upto = match (self.input.end, limit) {
+            (Some(e), Some(l)) => Some(e.min(l)),
+            (e, l) => e.or(l),
+        };
+        while let Some((lsn, end, kind, rmid, xid)) = reader.peek_lean() {
+            if upto.is_some_and(|u| end > u) {
+                return;
+            }
+            reader.skip_lean();
+            self.replay.feed_head_only(kind, rmid, xid, lsn);
+            self.records += 1;
+            self.last_end = end;
+            self.last_record = Some(lsn);
+        }
+    }
+
     /// The record loop: reads the next record and re-runs decode.c
     /// LogicalDecodingProcessRecord on it. `None` at the end (see
     /// [`DecodingContext::stopped`]); `Some(Err)` for the ERROR the server would raise
@@ -319,6 +343,9 @@ impl DecodingContext {
     /// [`DecodingContext::next_row`], but only for a record ending at or before `limit`
     /// (a later one stays unread for the next call).
     pub fn next_row_upto(&mut self, limit: Option<Lsn>) -> Option<RowResult> {
+        if !self.input.all_records && !self.pending && self.stopped.is_none() {
+            self.feed_read_ahead_heads(limit);
+        }
         if !self.read(limit) {
             return None;
         }

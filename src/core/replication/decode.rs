@@ -485,6 +485,22 @@ impl Replay {
         self.row(head, self.builder.state, None)
     }
 
+    /// [`Replay::feed_lean`] of a record of kind `Change` or `Other` from resource manager
+    /// `rmid` with xid `xid` at `lsn` and no top-level xid (the first record of a
+    /// subtransaction has one): such a record only makes its xid known to the reorder
+    /// buffer (ReorderBufferProcessXid) and, a change, reaches SnapBuildProcessChange; it
+    /// never makes a row. Panics in debug builds for any other kind.
+    #[inline]
+    pub fn feed_head_only(&mut self, kind: RecordKind, rmid: u8, xid: TransactionId, lsn: Lsn) {
+        debug_assert!(matches!(kind, RecordKind::Change | RecordKind::Other));
+        if rmid != RM_XACT_ID {
+            self.builder.reorder.process_xid(xid, lsn);
+        }
+        if kind == RecordKind::Change && self.change_gives_base_snapshot() {
+            self.builder.process_change(xid, lsn);
+        }
+    }
+
     /// [`Replay::feed`] for the hot loop: `Ok(None)` for a record that left nothing a row
     /// would show beyond the builder as it stands (no branch, verdict or tracked set
     /// changed; the row [`Replay::quiet_row`] builds), so that most records (heap, btree,
@@ -504,12 +520,7 @@ impl Replay {
         if matches!(head.kind, RecordKind::Change | RecordKind::Other)
             && !transam::is_valid(head.top_xid)
         {
-            if head.rmid != RM_XACT_ID {
-                self.builder.reorder.process_xid(head.xid, head.lsn);
-            }
-            if head.kind == RecordKind::Change && self.change_gives_base_snapshot() {
-                self.builder.process_change(head.xid, head.lsn);
-            }
+            self.feed_head_only(head.kind, head.rmid, head.xid, head.lsn);
             return Ok(None);
         }
         let before = self.builder.state;
