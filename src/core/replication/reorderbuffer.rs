@@ -13,7 +13,7 @@
 //!   a transaction's replay (ReorderBufferCopySnap, ReorderBufferBuildTupleCidHash).
 
 use rustc_hash::FxHashMap as HashMap;
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 
 use crate::access::rewriteheap::{
     parse_mapping_file_name, parse_mapping_records, RewriteMapping, REWRITE_MAPPING_SIZE,
@@ -259,10 +259,12 @@ pub struct ReorderModel {
     /// once, and the hash table moves its values when it reclaims deleted slots; a
     /// pointer moves cheaply, a whole `Txn` does not.
     txns: HashMap<TransactionId, Box<Txn>>,
-    /// Top-level xids in first-LSN order (`toplevel_by_lsn`), keyed by a first-seen
-    /// counter so that removing one is O(log n), as the server's list removal is O(1).
-    toplevel: BTreeMap<u64, TransactionId>,
+    /// Top-level xids in first-LSN order (`toplevel_by_lsn`), by a first-seen counter.
+    toplevel: TopLevelOrder,
     next_seq: u64,
+    /// Transactions let go of, kept for the next ones (a transaction comes and goes at
+    /// nearly every commit): at most [`SPARE_TXNS`], none with large lists.
+    spare: Vec<Box<Txn>>,
     /// The transaction whose state is kept when the reorder buffer lets go of it, for a
     /// question asked about it later (a top-level xid or one of its subtransactions).
     /// `None` keeps nothing: the model then holds only what the server's reorder buffer
@@ -282,6 +284,54 @@ pub struct ReorderModel {
     /// Both forget a transaction (and its subtransactions) when it is let go of, and
     /// everything when a subtransaction is assigned.
     based: XidCache,
+}
+
+/// Spare transactions kept at most (see `ReorderModel::spare`).
+const SPARE_TXNS: usize = 32;
+
+/// The top-level transactions in first-seen order: (sequence number, xid) in increasing
+/// sequence order, where a removed one leaves a hole (xid 0) until the holes before it are
+/// gone or the holes outnumber the transactions (then the queue is compacted). The first
+/// entry is never a hole. Appending and asking for the first are O(1), removing one is
+/// O(log n) (the server unlinks from a list in O(1)), and memory stays within twice the
+/// transactions held.
+#[derive(Clone, Debug, Default)]
+struct TopLevelOrder {
+    queue: VecDeque<(u64, TransactionId)>,
+    live: usize,
+}
+
+impl TopLevelOrder {
+    /// Appends `xid` with a sequence number above every one held.
+    fn push(&mut self, seq: u64, xid: TransactionId) {
+        debug_assert!(transam::is_valid(xid));
+        debug_assert!(self.queue.back().is_none_or(|b| b.0 < seq));
+        self.queue.push_back((seq, xid));
+        self.live += 1;
+    }
+
+    /// Removes the transaction of sequence number `seq`, if held.
+    fn remove(&mut self, seq: u64) {
+        let Ok(i) = self.queue.binary_search_by_key(&seq, |e| e.0) else {
+            return;
+        };
+        if !transam::is_valid(self.queue[i].1) {
+            return;
+        }
+        self.queue[i].1 = 0;
+        self.live -= 1;
+        while self.queue.front().is_some_and(|e| !transam::is_valid(e.1)) {
+            self.queue.pop_front();
+        }
+        if self.queue.len() > 2 * self.live + 64 {
+            self.queue.retain(|e| transam::is_valid(e.1));
+        }
+    }
+
+    /// The first transaction held.
+    fn first(&self) -> Option<TransactionId> {
+        self.queue.front().map(|e| e.1)
+    }
 }
 
 /// A direct-mapped set of a few xids (slot `xid % 16`), a cache in front of the hash
@@ -326,12 +376,11 @@ impl ReorderModel {
         if let std::collections::hash_map::Entry::Vacant(v) = self.txns.entry(xid) {
             let seq = self.next_seq;
             self.next_seq += 1;
-            v.insert(Box::new(Txn {
-                seq,
-                restart_decoding_lsn: self.current_restart_decoding_lsn,
-                ..Txn::default()
-            }));
-            self.toplevel.insert(seq, xid);
+            let mut t = self.spare.pop().unwrap_or_default();
+            t.seq = seq;
+            t.restart_decoding_lsn = self.current_restart_decoding_lsn;
+            v.insert(t);
+            self.toplevel.push(seq, xid);
         }
     }
 
@@ -353,7 +402,7 @@ impl ReorderModel {
             Some(Some(_)) => {}
             Some(None) => {
                 if let Some(seq) = self.txns.get(&sub).map(|t| t.seq) {
-                    self.toplevel.remove(&seq);
+                    self.toplevel.remove(seq);
                 }
             }
             None => {
@@ -438,8 +487,8 @@ impl ReorderModel {
     /// Re-runs reorderbuffer.c ReorderBufferGetOldestTXN: the top-level transaction with
     /// the lowest first_lsn, as (xid, restart_decoding_lsn).
     pub fn oldest_txn(&self) -> Option<(TransactionId, Lsn)> {
-        let (_, x) = self.toplevel.first_key_value()?;
-        self.txns.get(x).map(|t| (*x, t.restart_decoding_lsn))
+        let x = self.toplevel.first()?;
+        self.txns.get(&x).map(|t| (x, t.restart_decoding_lsn))
     }
 
     /// Re-runs reorderbuffer.c ReorderBufferXidSetCatalogChanges: flags `xid` and,
@@ -493,10 +542,12 @@ impl ReorderModel {
         self.known.remove(xid);
         self.based.remove(xid);
         if let Some(t) = self.txns.remove(&xid) {
-            for s in t.subxacts {
+            for &s in &t.subxacts {
                 self.known.remove(s);
                 self.based.remove(s);
-                self.txns.remove(&s);
+                if let Some(st) = self.txns.remove(&s) {
+                    self.recycle(st);
+                }
             }
             match t.top {
                 Some(top) => {
@@ -505,10 +556,37 @@ impl ReorderModel {
                     }
                 }
                 None => {
-                    self.toplevel.remove(&t.seq);
+                    self.toplevel.remove(t.seq);
                 }
             }
+            self.recycle(t);
         }
+    }
+
+    /// Keeps a transaction let go of for reuse (its lists emptied), unless enough are
+    /// kept or its lists are large.
+    fn recycle(&mut self, mut t: Box<Txn>) {
+        const SMALL: usize = 16;
+        if self.spare.len() >= SPARE_TXNS
+            || t.subxacts.capacity() > SMALL
+            || t.tuplecids.capacity() > SMALL
+            || t.command_ids.capacity() > SMALL
+        {
+            return;
+        }
+        let mut subxacts = std::mem::take(&mut t.subxacts);
+        let mut tuplecids = std::mem::take(&mut t.tuplecids);
+        let mut command_ids = std::mem::take(&mut t.command_ids);
+        subxacts.clear();
+        tuplecids.clear();
+        command_ids.clear();
+        *t = Txn {
+            subxacts,
+            tuplecids,
+            command_ids,
+            ..Txn::default()
+        };
+        self.spare.push(t);
     }
 
     /// Re-runs reorderbuffer.c ReorderBufferAddNewTupleCids: append a NEW_CID mapping to
@@ -621,7 +699,7 @@ impl ReorderModel {
     /// Re-runs reorderbuffer.c ReorderBufferAbortOld: drop top-level transactions older
     /// than `oldest_running_xid`, in first-LSN order, stopping at the first that is not.
     pub fn abort_old(&mut self, oldest_running_xid: TransactionId, lsn: Lsn) {
-        while let Some((_, &first)) = self.toplevel.first_key_value() {
+        while let Some(first) = self.toplevel.first() {
             if transam::precedes(first, oldest_running_xid) {
                 self.remember_finished(first, &[], TxnStatus::ForgottenAsOld(lsn));
                 self.cleanup(first);
@@ -722,6 +800,59 @@ mod tests {
     use crate::include::relfilelocator::RelFileLocator;
     use crate::include::snapshot::INVALID_COMMAND_ID;
     use crate::include::xlogdefs::Lsn;
+
+    /// The first-seen order answers as an ordered map would (checked against a BTreeMap
+    /// over a pseudo-random mix of appends and removals), and its queue stays within twice
+    /// the transactions held (plus the slack of 64) however many come and go.
+    #[test]
+    fn top_level_order_is_an_ordered_map_with_bounded_room() {
+        let mut order = TopLevelOrder::default();
+        let mut model = std::collections::BTreeMap::new();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut seq = 0u64;
+        for _ in 0..200_000 {
+            let r = next();
+            if r % 3 != 0 || model.is_empty() {
+                seq += 1;
+                let xid = (seq % 4_000_000_000) as u32 + 3;
+                order.push(seq, xid);
+                model.insert(seq, xid);
+            } else {
+                // A held one (mostly the oldest few, sometimes any), or one not held.
+                let keys: Vec<u64> = model.keys().copied().take(8).collect();
+                let k = if r % 7 == 0 {
+                    seq + 1 + r % 5
+                } else if r % 5 == 0 {
+                    *model.keys().nth((r as usize / 11) % model.len()).unwrap()
+                } else {
+                    keys[(r as usize / 3) % keys.len()]
+                };
+                order.remove(k);
+                model.remove(&k);
+            }
+            assert_eq!(order.first(), model.values().next().copied());
+            assert_eq!(order.live, model.len());
+            assert!(order.queue.len() <= 2 * order.live + 64);
+        }
+        // One long-lived transaction at the front while thousands come and go behind it.
+        let mut order = TopLevelOrder::default();
+        order.push(1, 10);
+        for s in 2..100_000u64 {
+            order.push(s, s as u32 + 10);
+            order.remove(s);
+            assert!(order.queue.len() <= 2 * order.live + 64);
+        }
+        assert_eq!(order.first(), Some(10));
+        order.remove(1);
+        assert_eq!(order.first(), None);
+        assert_eq!(order.queue.len(), 0);
+    }
 
     /// The remembered last xid and base snapshot never answer for a transaction that was
     /// let go of or reassigned since.
