@@ -5,8 +5,8 @@
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode as C;
 use snapbuild_core::access::xactdesc;
-use snapbuild_core::include::transam;
 use snapbuild_core::include::heapam_xlog::NewCid;
+use snapbuild_core::include::transam;
 use snapbuild_core::replication::decode::{Payload, RecordHead, RecordKind};
 use snapbuild_core::replication::message::LogicalMessage;
 use snapbuild_core::replication::slot_invalidation::{record_conflict, Conflict};
@@ -29,6 +29,25 @@ pub struct WalReader {
     lean_at: usize,
     /// What follows them.
     held: Held,
+    /// The names of the records read last.
+    names: RecordNames,
+}
+
+/// A direct-mapped cache of record names in front of [`record_name`]'s table: a row per
+/// record asks for one name per record, nearly always one of a few.
+struct RecordNames([(u32, &'static str); 64]);
+
+impl RecordNames {
+    #[inline]
+    fn get(&mut self, rmid: u8, info: u8) -> &'static str {
+        // Key 0 is never a valid one: `rmid << 8 | info` plus one.
+        let key = (u32::from(rmid) << 8 | u32::from(info)) + 1;
+        let slot = &mut self.0[(usize::from(rmid) * 31 + usize::from(info >> 4)) & 63];
+        if slot.0 != key {
+            *slot = (key, record_name(rmid, info));
+        }
+        slot.1
+    }
 }
 
 /// One record, decoded far enough for the snapshot builder.
@@ -562,6 +581,7 @@ impl WalReader {
             lean: heapless::Vec::new(),
             lean_at: 0,
             held: Held::Nothing,
+            names: RecordNames([(0, ""); 64]),
         }
     }
 
@@ -699,7 +719,7 @@ impl WalReader {
             head.rmid = cur.rmid;
             head.kind = kind;
             head.name = if self.with_names {
-                Some(record_name(cur.rmid, cur.info))
+                Some(self.names.get(cur.rmid, cur.info))
             } else {
                 None
             };
@@ -774,7 +794,7 @@ impl WalReader {
             };
             let rec = &mut self.rec;
             if conflict.is_some() && rec.head.name.is_none() {
-                rec.head.name = Some(record_name(cur.rmid, cur.info));
+                rec.head.name = Some(self.names.get(cur.rmid, cur.info));
             }
             // Most records have no body to keep, before as now: nothing to drop or move.
             if !matches!((&rec.payload, &payload), (Payload::None, Payload::None)) {

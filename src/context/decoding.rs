@@ -363,7 +363,7 @@ impl DecodingContext {
         if rec.conflict.is_none() {
             return Some(match fed {
                 Ok(None) if self.input.all_records => {
-                    Ok(Some(Box::new(self.replay.quiet_row(&rec.head))))
+                    Ok(Some(self.replay.quiet_row_boxed(&rec.head)))
                 }
                 Ok(row) => Ok(row),
                 Err(e) => {
@@ -375,7 +375,7 @@ impl DecodingContext {
         // A record that may invalidate the watched slot is judged on a row of its own.
         let (conflict, name) = (rec.conflict.clone(), rec.head.name);
         let fed = match fed {
-            Ok(None) => Ok(Some(Box::new(self.replay.quiet_row(&rec.head)))),
+            Ok(None) => Ok(Some(self.replay.quiet_row_boxed(&rec.head))),
             other => other,
         };
         match (fed, &conflict) {

@@ -19,8 +19,8 @@ use pgrx::PgSqlErrorCode as C;
 
 use crate::adapter::raise;
 
-/// The column slots of the row being written: `put(i, datum)` for each column, `None` for
-/// NULL. Every column must be put for every row.
+/// The column slots of the row being written: [`RowSlots::put`] for each column, `None`
+/// for NULL, then [`RowSlots::null_mask`]. Every column must be put for every row.
 pub struct RowSlots<'s> {
     values: &'s mut [pg_sys::Datum],
     nulls: &'s mut [bool],
@@ -29,24 +29,25 @@ pub struct RowSlots<'s> {
 }
 
 impl RowSlots<'_> {
-    /// Column `i` (0-based, in `RETURNS TABLE` order) is `datum`, NULL when `None`.
-    /// An index past the row type's columns is ignored (the row type and the writer are
-    /// declared from one list, so it does not happen).
-    #[inline]
-    pub fn put(&mut self, i: usize, datum: Option<pg_sys::Datum>) {
+    /// Column `i` (0-based, in `RETURNS TABLE` order) is `datum` (NULL when `None`);
+    /// returns whether it is NULL. An index past the row type's columns is ignored (the
+    /// row type and the writer are declared from one list, so it does not happen).
+    /// [`RowSlots::null_mask`] must follow, once every column is put.
+    #[inline(always)]
+    pub fn put(&mut self, i: usize, datum: Option<pg_sys::Datum>) -> bool {
+        let null = datum.is_none();
         if let (Some(v), Some(n)) = (self.values.get_mut(i), self.nulls.get_mut(i)) {
-            let bit = 1u64.checked_shl(i as u32).unwrap_or(0);
-            match datum {
-                Some(d) => {
-                    (*v, *n) = (d, false);
-                    self.mask &= !bit;
-                }
-                None => {
-                    (*v, *n) = (pg_sys::Datum::from(0), true);
-                    self.mask |= bit;
-                }
-            }
+            *v = datum.unwrap_or(pg_sys::Datum::from(0));
+            *n = null;
         }
+        null
+    }
+
+    /// The NULLs of the row just put: bit i set when column i is NULL (the writer keeps
+    /// it as it goes: one register, not a read and write of memory per column).
+    #[inline(always)]
+    pub fn null_mask(&mut self, mask: u64) {
+        self.mask = mask;
     }
 }
 
@@ -189,6 +190,22 @@ pub struct TupleFormer {
     /// The plan of each null pattern met, and the one used last.
     plans: Vec<Plan>,
     last: usize,
+    /// The tuple formed last, while the caller's buffer still holds it (see
+    /// [`TupleFormer::reshape`]).
+    formed: Option<Formed>,
+    offsets: Vec<u32>,
+    /// Tuples formed in place of the one before (for the tests).
+    #[cfg(any(test, feature = "pg_test"))]
+    pub reshaped: usize,
+}
+
+/// Where the last tuple lies: the plan it was formed by and the buffer holding it (address
+/// and length in words, to know it is still there); `TupleFormer::offsets` has each
+/// present attribute's offset in its data area, in plan order.
+struct Formed {
+    plan: usize,
+    buf: *const u64,
+    words: usize,
 }
 
 /// `MAXALIGN` of the platform (8 on every one PostgreSQL builds for with pgrx).
@@ -249,6 +266,10 @@ impl TupleFormer {
                 typmod: (*desc).tdtypmod,
                 plans: Vec::new(),
                 last: 0,
+                formed: None,
+                offsets: Vec::new(),
+                #[cfg(any(test, feature = "pg_test"))]
+                reshaped: 0,
             }
         }
     }
@@ -264,6 +285,7 @@ impl TupleFormer {
             // Rows of a few kinds only: a bounded set of patterns.
             if self.plans.len() >= 64 {
                 self.plans.clear();
+                self.formed = None;
             }
             let natts = self.atts.len();
             let bits = std::mem::offset_of!(pg_sys::HeapTupleHeaderData, t_bits);
@@ -285,6 +307,102 @@ impl TupleFormer {
             self.last = self.plans.len() - 1;
         }
         self.last
+    }
+
+    /// The tuple of `values` formed by plan `at` in place of the last one, when `buf`
+    /// still holds that one, it was formed by the same plan (same NULLs), and every
+    /// varlena of `values` is stored exactly as the one at its place (same bytes, so same
+    /// length): then every attribute lies where it lay, the header is unchanged, and only
+    /// the fixed-length attributes are written. Rows of one kind mostly differ only in
+    /// those (LSNs, xids, flags; their texts are the same few strings). `None` otherwise.
+    ///
+    /// # Safety
+    /// As for [`TupleFormer::form`].
+    unsafe fn reshape(
+        &mut self,
+        at: usize,
+        values: &[pg_sys::Datum],
+        buf: &mut [u64],
+    ) -> Option<pg_sys::HeapTupleData> {
+        let formed = self.formed.as_ref()?;
+        if formed.plan != at || formed.buf != buf.as_ptr() || formed.words != buf.len() {
+            return None;
+        }
+        let plan = &self.plans[at];
+        if self.offsets.len() != plan.present.len() {
+            return None;
+        }
+        let base = buf.as_mut_ptr().cast::<u8>();
+        unsafe {
+            let data = base.add(plan.hoff);
+            let td = base.cast::<pg_sys::HeapTupleHeaderData>();
+            let total = ((*td).t_choice.t_datum.datum_len_ as u32 >> 2) as usize;
+            let room = total.checked_sub(plan.hoff)?;
+            // Every varlena first: nothing is written unless all are stored as they are.
+            for (a, &off) in plan.present.iter().zip(self.offsets.iter()) {
+                if a.len != -1 {
+                    continue;
+                }
+                let off = off as usize;
+                let p = values[a.index as usize].cast_mut_ptr::<u8>();
+                let (b, size) = varlena_header(p);
+                let (head, body, n): (Option<u8>, *const u8, usize) =
+                    if b == 0x01 || (b & 0x01 == 0 && size < 4) {
+                        return None;
+                    } else if b & 0x01 == 0x01 {
+                        (None, p, ((b >> 1) & 0x7F) as usize)
+                    } else if a.packable && b & 0x03 == 0 && can_make_short(size) {
+                        (Some((((size - 3) as u8) << 1) | 0x01), p.add(4), size - 4)
+                    } else {
+                        (None, p, size)
+                    };
+                let stored = head.map_or(0, |_| 1) + n;
+                if off + stored > room {
+                    return None;
+                }
+                let at = data.add(off);
+                let body_at = match head {
+                    Some(h) if *at != h => return None,
+                    Some(_) => at.add(1),
+                    None => at,
+                };
+                if std::slice::from_raw_parts(body_at, n) != std::slice::from_raw_parts(body, n) {
+                    return None;
+                }
+            }
+            for (a, &off) in plan.present.iter().zip(self.offsets.iter()) {
+                if a.len == -1 {
+                    continue;
+                }
+                let (n, off) = (a.len as usize, off as usize);
+                if off + n > room {
+                    return None;
+                }
+                let at = data.add(off);
+                let v = values[a.index as usize];
+                if a.byval {
+                    let x = v.value();
+                    match n {
+                        1 => *at = x as u8,
+                        2 => std::ptr::write_unaligned(at.cast::<u16>(), x as u16),
+                        4 => std::ptr::write_unaligned(at.cast::<u32>(), x as u32),
+                        _ => std::ptr::write_unaligned(at.cast::<u64>(), x as u64),
+                    }
+                } else {
+                    std::ptr::copy_nonoverlapping(v.cast_mut_ptr::<u8>(), at, n);
+                }
+            }
+            #[cfg(any(test, feature = "pg_test"))]
+            {
+                self.reshaped += 1;
+            }
+            let mut tuple: pg_sys::HeapTupleData = std::mem::zeroed();
+            tuple.t_len = total as u32;
+            tuple.t_self = (*td).t_ctid;
+            tuple.t_tableOid = pg_sys::InvalidOid;
+            tuple.t_data = td;
+            Some(tuple)
+        }
     }
 
     /// The heap tuple of `values` / `nulls` (one per attribute), built in `buf` (which
@@ -333,6 +451,10 @@ impl TupleFormer {
         // The attributes present, by null pattern: rows of one kind share theirs, and
         // walking only those keeps the loops below free of unpredictable branches.
         let at = self.plan(mask);
+        if let Some(tuple) = unsafe { self.reshape(at, values, buf) } {
+            return Some(tuple);
+        }
+        self.formed = None;
         let plan = &self.plans[at];
         let has_null = mask != 0;
         let hoff = plan.hoff;
@@ -381,6 +503,8 @@ impl TupleFormer {
                 std::ptr::copy_nonoverlapping(bytes.as_ptr(), bitmap, natts.div_ceil(8));
             }
             let mut off = 0usize;
+            let offsets = &mut self.offsets;
+            offsets.clear();
             for a in plan.present.iter() {
                 let v = values[a.index as usize];
                 if a.len == -1 {
@@ -389,21 +513,25 @@ impl TupleFormer {
                     let (b, size) = varlena_header(p);
                     if b & 0x01 == 0x01 {
                         let n = ((b >> 1) & 0x7F) as usize;
+                        offsets.push(off as u32);
                         std::ptr::copy_nonoverlapping(p, data.add(off), n);
                         off += n;
                     } else if a.packable && b & 0x03 == 0 && can_make_short(size) {
                         let n = size - 3;
+                        offsets.push(off as u32);
                         *data.add(off) = ((n as u8) << 1) | 0x01;
                         std::ptr::copy_nonoverlapping(p.add(4), data.add(off + 1), n - 1);
                         off += n;
                     } else {
                         off = align_up(off, a.align as usize);
+                        offsets.push(off as u32);
                         std::ptr::copy_nonoverlapping(p, data.add(off), size);
                         off += size;
                     }
                 } else {
                     let n = a.len as usize;
                     off = align_up(off, a.align as usize);
+                    offsets.push(off as u32);
                     let at = data.add(off);
                     if a.byval {
                         let x = v.value();
@@ -420,6 +548,11 @@ impl TupleFormer {
                 }
             }
             debug_assert_eq!(off, len);
+            self.formed = Some(Formed {
+                plan: at,
+                buf: buf.as_ptr(),
+                words: buf.len(),
+            });
             let td = base.cast::<pg_sys::HeapTupleHeaderData>();
             (*td).t_choice.t_datum.datum_len_ = (u32_total << 2) as i32;
             (*td).t_choice.t_datum.datum_typmod = self.typmod;
@@ -450,7 +583,8 @@ mod tests {
     /// The former's tuples equal heap_form_tuple's, byte for byte, for the kinds of
     /// values the trace's rows hold: every pattern of NULLs over fixed-length columns
     /// of each width and alignment, short and long text (1- and 4-byte headers), an
-    /// array, and a text stored plain (never packed).
+    /// array, and a text stored plain (never packed); each row formed anew and then,
+    /// with other fixed-length values, in place of the one before.
     #[pg_test]
     fn tuples_equal_heap_form_tuple() {
         unsafe {
@@ -484,13 +618,18 @@ mod tests {
             let texts = ["", "short", long.as_str()];
             let mut checked = 0;
             for mask in 0..(1u32 << n) {
-                for (t, text) in texts.iter().enumerate() {
+                // Each row twice, the second time with other fixed-length values and the
+                // same texts (formed in place of the first: TupleFormer::reshape).
+                let rows = texts.iter().enumerate().flat_map(|(t, text)| {
+                    [false, true].into_iter().map(move |again| (t, text, again))
+                });
+                for (t, text, again) in rows {
                     let values = [
-                        true.into_datum().unwrap(),
+                        (!again).into_datum().unwrap(),
                         text.into_datum().unwrap(),
-                        7i16.into_datum().unwrap(),
-                        pg_sys::Datum::from(123_456u32),
-                        (-5i64).into_datum().unwrap(),
+                        (7i16 + again as i16).into_datum().unwrap(),
+                        pg_sys::Datum::from(123_456u32 + again as u32),
+                        (-5i64 - again as i64).into_datum().unwrap(),
                         texts[(t + 1) % 3].into_datum().unwrap(),
                         name,
                         vec![pg_sys::Datum::from(3u32), pg_sys::Datum::from(4u32)]
@@ -499,7 +638,7 @@ mod tests {
                             .collect::<Vec<_>>()
                             .into_datum()
                             .unwrap(),
-                        1.5f64.into_datum().unwrap(),
+                        (1.5f64 + again as u8 as f64).into_datum().unwrap(),
                         text.into_datum().unwrap(),
                     ];
                     let nulls: Vec<bool> = (0..n).map(|i| mask & (1 << i) != 0).collect();
@@ -518,7 +657,10 @@ mod tests {
                     checked += 1;
                 }
             }
-            assert_eq!(checked, 3 << n);
+            assert_eq!(checked, 6 << n);
+            // Every second row at least was formed in place of the one before (and so was
+            // a first row after a row with the same texts, e.g. all of them NULL).
+            assert!(former.reshaped >= 3 << n, "{} reshaped", former.reshaped);
         }
     }
 }

@@ -207,12 +207,16 @@ macro_rules! put_columns_fn {
     ({} [ $($col:ident : [$($ty:tt)*]),* $(,)? ]) => {
         fn put_columns(c: Columns, slots: &mut RowSlots) {
             let ( $($col),* ) = c;
+            // Unrolled: each column's NULL test is a branch of its own, which follows the
+            // kind of row (one loop's branch over all columns would not).
             let mut i = 0;
+            let mut mask = 0u64;
             $(
-                slots.put(i, $col.into_datum());
+                mask |= u64::from(slots.put(i, $col.into_datum())) << i;
                 i += 1;
             )*
             debug_assert_eq!(i, 32);
+            slots.null_mask(mask);
         }
     };
 }
@@ -279,6 +283,7 @@ fn to_table(mut rows: TraceIter) -> TableIterator<'static, Columns> {
     TableIterator::new(move |slots| match rows.next() {
         Some(t) => {
             put_columns(columns(&t, &p, &mut texts), slots);
+            rows.ctx.replay.give_back(t.row);
             true
         }
         None => false,

@@ -355,6 +355,9 @@ pub struct Replay {
     /// The last RUNNING_XACTS record fed, as (start LSN, end LSN, record): what a
     /// diagnosis reads the waited-for and oldest running xids from.
     pub last_running_xacts: Option<(Lsn, Lsn, RunningXacts)>,
+    /// A row's box given back once the row was used ([`Replay::give_back`]), for the next
+    /// row: a trace makes a row per commit, or per record.
+    spare_row: Option<Box<TraceRow>>,
 }
 
 /// The builder's tracked sets, to tell whether a record changed them.
@@ -390,7 +393,30 @@ impl Replay {
             two_phase: TwoPhaseDecoding::default(),
             fast_forward: false,
             last_running_xacts: None,
+            spare_row: None,
         }
+    }
+
+    /// `row` in a box: the one given back last, if any.
+    fn boxed(&mut self, row: TraceRow) -> Box<TraceRow> {
+        match self.spare_row.take() {
+            Some(mut b) => {
+                *b = row;
+                b
+            }
+            None => Box::new(row),
+        }
+    }
+
+    /// Gives a row's box back once the row has been used, for the next row.
+    pub fn give_back(&mut self, row: Box<TraceRow>) {
+        self.spare_row = Some(row);
+    }
+
+    /// [`Replay::quiet_row`], boxed.
+    pub fn quiet_row_boxed(&mut self, head: &RecordHead) -> Box<TraceRow> {
+        let row = self.quiet_row(head);
+        self.boxed(row)
     }
 
     /// Whether a change (heap, heap2, transactional message) reaches
@@ -548,7 +574,8 @@ impl Replay {
                     .process_running_xacts(head.lsn, running, restore)
                 {
                     Ok(step) => {
-                        let mut row = Box::new(self.row(head, before, Some(step)));
+                        let row = self.row(head, before, Some(step));
+                        let mut row = self.boxed(row);
                         row.running_xids = Some(running.xids.clone());
                         self.last_running_xacts = Some((head.lsn, head.end_lsn, running.clone()));
                         Some(row)
@@ -558,7 +585,10 @@ impl Replay {
             }
             (RecordKind::CheckpointShutdown | RecordKind::EndOfRecovery, _) => {
                 match self.builder.serialization_point(head.lsn, restore) {
-                    Ok(step) => Some(Box::new(self.row(head, before, Some(step)))),
+                    Ok(step) => {
+                        let row = self.row(head, before, Some(step));
+                        Some(self.boxed(row))
+                    }
                     Err((step, e)) => return Err(fail(self, step, e)),
                 }
             }
@@ -583,7 +613,8 @@ impl Replay {
                     self.slot_db,
                     two_phase,
                 );
-                let mut row = Box::new(self.row(head, before, None));
+                let row = self.row(head, before, None);
+                let mut row = self.boxed(row);
                 row.branch = Some(Branch::Commit.label());
                 row.xid = Some(*x);
                 if *has_invals
@@ -625,7 +656,8 @@ impl Replay {
                     None
                 };
                 d.map(|d| {
-                    let mut row = Box::new(self.row(head, before, None));
+                    let row = self.row(head, before, None);
+                    let mut row = self.boxed(row);
                     row.xid = Some(*x);
                     row.decode = Some(d);
                     row.interesting = true;
@@ -655,7 +687,8 @@ impl Replay {
                         .decode_prepare(head.lsn, *x, subxacts, *db_id, self.slot_db)
                 };
                 d.map(|d| {
-                    let mut row = Box::new(self.row(head, before, None));
+                    let row = self.row(head, before, None);
+                    let mut row = self.boxed(row);
                     row.xid = Some(*x);
                     row.decode = Some(d);
                     row.interesting = true;
@@ -704,8 +737,13 @@ impl Replay {
             _ => None,
         };
         if fingerprint(&self.builder) != fp {
-            row.get_or_insert_with(|| Box::new(self.row(head, before, None)))
-                .interesting = true;
+            if row.is_none() {
+                let r = self.row(head, before, None);
+                row = Some(self.boxed(r));
+            }
+            if let Some(r) = row.as_mut() {
+                r.interesting = true;
+            }
         }
         if let Some(row) = row.as_mut() {
             // DecodingContextFindStartpoint stops reading once the builder is CONSISTENT:

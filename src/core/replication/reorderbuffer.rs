@@ -264,6 +264,8 @@ pub struct ReorderModel {
     next_seq: u64,
     /// Transactions let go of, kept for the next ones (a transaction comes and goes at
     /// nearly every commit): at most [`SPARE_TXNS`], none with large lists.
+    // The boxes themselves are what is reused: `txns` holds boxes.
+    #[allow(clippy::vec_box)]
     spare: Vec<Box<Txn>>,
     /// The transaction whose state is kept when the reorder buffer lets go of it, for a
     /// question asked about it later (a top-level xid or one of its subtransactions).
