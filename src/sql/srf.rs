@@ -223,6 +223,28 @@ fn can_make_short(size: usize) -> bool {
     size - 4 < 0x7F
 }
 
+/// Stores the value `v` of fixed-length attribute `a` at `at` (heaptuple.c fill_val for
+/// such an attribute: by value, 1, 2, 4 or 8 bytes; else `attlen` bytes copied).
+///
+/// # Safety
+/// `at` has room for `a.len` bytes; a by-reference `v` points to that many.
+#[inline(always)]
+unsafe fn store_fixed(a: &Att, v: pg_sys::Datum, at: *mut u8) {
+    unsafe {
+        if a.byval {
+            let x = v.value();
+            match a.len {
+                1 => *at = x as u8,
+                2 => std::ptr::write_unaligned(at.cast::<u16>(), x as u16),
+                4 => std::ptr::write_unaligned(at.cast::<u32>(), x as u32),
+                _ => std::ptr::write_unaligned(at.cast::<u64>(), x as u64),
+            }
+        } else {
+            std::ptr::copy_nonoverlapping(v.cast_mut_ptr::<u8>(), at, a.len as usize);
+        }
+    }
+}
+
 /// A varlena's first header byte and, for a 4-byte header, its total size (VARSIZE).
 #[inline]
 unsafe fn varlena_header(p: *const u8) -> (u8, usize) {
@@ -378,19 +400,7 @@ impl TupleFormer {
                 if off + n > room {
                     return None;
                 }
-                let at = data.add(off);
-                let v = values[a.index as usize];
-                if a.byval {
-                    let x = v.value();
-                    match n {
-                        1 => *at = x as u8,
-                        2 => std::ptr::write_unaligned(at.cast::<u16>(), x as u16),
-                        4 => std::ptr::write_unaligned(at.cast::<u32>(), x as u32),
-                        _ => std::ptr::write_unaligned(at.cast::<u64>(), x as u64),
-                    }
-                } else {
-                    std::ptr::copy_nonoverlapping(v.cast_mut_ptr::<u8>(), at, n);
-                }
+                store_fixed(a, values[a.index as usize], data.add(off));
             }
             #[cfg(any(test, feature = "pg_test"))]
             {
@@ -532,18 +542,7 @@ impl TupleFormer {
                     let n = a.len as usize;
                     off = align_up(off, a.align as usize);
                     offsets.push(off as u32);
-                    let at = data.add(off);
-                    if a.byval {
-                        let x = v.value();
-                        match n {
-                            1 => *at = x as u8,
-                            2 => std::ptr::write_unaligned(at.cast::<u16>(), x as u16),
-                            4 => std::ptr::write_unaligned(at.cast::<u32>(), x as u32),
-                            _ => std::ptr::write_unaligned(at.cast::<u64>(), x as u64),
-                        }
-                    } else {
-                        std::ptr::copy_nonoverlapping(v.cast_mut_ptr::<u8>(), at, n);
-                    }
+                    store_fixed(a, v, data.add(off));
                     off += n;
                 }
             }
