@@ -352,42 +352,102 @@ fn f5_advance_confirms_its_target_get_changes_the_record_end() {
     let target = (end - 1) / 8192 * 8192;
     assert!(end - target <= 8192 && target % 8192 == 0);
     let t = fmt_lsn(target);
+    let what = format!("message record ending at {big}, target {t}");
+    let (get, advance) = predict_then_consume(&mut c, by_get, by_advance, &t);
+    println!(
+        "pgsnap-counts: f5 PG{} {what}: get_changes predicted {} server {}; advance predicted {} server {}",
+        env.major, get.0, get.1, advance.0, advance.1
+    );
+    assert_ne!(
+        get.1, advance.1,
+        "the shape: the two ways of consuming should confirm different positions"
+    );
+    assert_eq!(get.0, get.1, "confirmed_flush after get_changes");
+    assert_eq!(
+        advance.0, advance.1,
+        "confirmed_flush after pg_replication_slot_advance"
+    );
+}
+
+/// Predicts (`snapbuild_slot_prediction`) the confirmed_flush after consuming slot `by_get`
+/// up to `target` with pg_logical_slot_get_changes and slot `by_advance` with
+/// pg_replication_slot_advance, then consumes them so: (predicted, the server's) for each.
+fn predict_then_consume(
+    c: &mut Client,
+    by_get: &str,
+    by_advance: &str,
+    target: &str,
+) -> ((String, String), (String, String)) {
     let predict = |c: &mut Client, slot: &str, advance: bool| -> String {
         c.query_one(
             "SELECT predicted_confirmed_flush::text FROM snapbuild_slot_prediction($1, $2::text::pg_lsn, $3)",
-            &[&slot, &t, &advance],
+            &[&slot, &target, &advance],
         )
         .unwrap()
         .get(0)
     };
-    let predicted_get = predict(&mut c, by_get, false);
-    let predicted_advance = predict(&mut c, by_advance, true);
+    let predicted_get = predict(c, by_get, false);
+    let predicted_advance = predict(c, by_advance, true);
     c.query(
         "SELECT count(*) FROM pg_logical_slot_get_changes($1, $2::text::pg_lsn, NULL)",
-        &[&by_get, &t],
+        &[&by_get, &target],
     )
     .unwrap();
     c.query(
         "SELECT * FROM pg_replication_slot_advance($1, $2::text::pg_lsn)",
-        &[&by_advance, &t],
+        &[&by_advance, &target],
     )
     .unwrap();
-    let server_get = confirmed_flush(&mut c, by_get);
-    let server_advance = confirmed_flush(&mut c, by_advance);
+    (
+        (predicted_get, confirmed_flush(c, by_get)),
+        (predicted_advance, confirmed_flush(c, by_advance)),
+    )
+}
+
+/// A target inside a run of heap records (one INSERT of 3000 rows: 3000 heap records in a
+/// row, a few pages of WAL): both ways of consuming stop at the first record ending at or
+/// after it, and so must the prediction. (The traces read such runs in batches, many
+/// records per step of the record loop; a first version did so in the prediction too and
+/// would have stopped up to 64 records late.)
+#[test]
+fn f5b_prediction_stops_inside_a_run_of_heap_records() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let (by_get, by_advance) = ("pgsnap_fid_get_run", "pgsnap_fid_adv_run");
+    let _s1 = SlotGuard::new(&env, by_get);
+    let _s2 = SlotGuard::new(&env, by_advance);
+    c.batch_execute("DROP TABLE IF EXISTS pgsnap_fid_run; CREATE TABLE pgsnap_fid_run (a int)")
+        .unwrap();
+    create_slot(&env, by_get);
+    create_slot(&env, by_advance);
+    let before = insert_lsn(&mut c);
+    c.batch_execute("INSERT INTO pgsnap_fid_run SELECT g FROM generate_series(1, 3000) g")
+        .unwrap();
+    let after = insert_lsn(&mut c);
+    // A commit that wrote WAL flushes it (the INSERT's did).
+    let target = (before + (after - before) / 2) / 8 * 8;
+    let t = fmt_lsn(target);
+    let (get, advance) = predict_then_consume(&mut c, by_get, by_advance, &t);
+    c.batch_execute("DROP TABLE pgsnap_fid_run").unwrap();
     println!(
-        "pgsnap-counts: f5 PG{} message record ending at {big}, target {t}: get_changes predicted {predicted_get} server {server_get}; advance predicted {predicted_advance} server {server_advance}",
-        env.major
+        "pgsnap-counts: f5b PG{} heap records {} .. {}, target {t}: get_changes predicted {} server {}; advance predicted {} server {}",
+        env.major,
+        fmt_lsn(before),
+        fmt_lsn(after),
+        get.0,
+        get.1,
+        advance.0,
+        advance.1
     );
-    assert_ne!(
-        server_get, server_advance,
-        "the shape: the two ways of consuming should confirm different positions"
+    // The server stopped inside the run: neither reached the commit.
+    assert!(
+        parse_lsn(&get.1) < after && parse_lsn(&advance.1) < after,
+        "the shape"
     );
+    assert_eq!(get.0, get.1, "confirmed_flush after get_changes");
     assert_eq!(
-        predicted_get, server_get,
-        "confirmed_flush after get_changes"
-    );
-    assert_eq!(
-        predicted_advance, server_advance,
+        advance.0, advance.1,
         "confirmed_flush after pg_replication_slot_advance"
     );
 }

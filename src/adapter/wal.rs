@@ -21,6 +21,10 @@ pub struct WalReader {
     pub with_names: bool,
     /// Read the recovery conflict each record carries ([`WalRecord::conflict`]).
     pub with_conflicts: bool,
+    /// Read records that need only their head in batches ([`WalReader::read_batch`]).
+    pub batch_heads: bool,
+    /// A batch stops after the first record ending past this LSN.
+    pub batch_bound: Lsn,
     /// The record [`WalReader::next_record`] read last, filled in place (a record is
     /// a hundred-odd bytes; moving one out per record would copy it each time).
     pub rec: WalRecord,
@@ -565,6 +569,8 @@ impl WalReader {
             reader,
             with_names: false,
             with_conflicts: false,
+            batch_heads: false,
+            batch_bound: Lsn(u64::MAX),
             rec: WalRecord {
                 head: RecordHead {
                     lsn: Lsn(0),
@@ -587,14 +593,16 @@ impl WalReader {
 
     /// Reads records under one guard (one sigsetjmp for up to [`BATCH`] records instead of
     /// one per record) while each needs nothing but its head: their heads go to `lean`,
-    /// and `held` says what stopped the batch. Only when neither names nor conflicts are
-    /// asked for (both need the record itself).
+    /// and `held` says what stopped the batch. Only when asked for (`batch_heads`) and
+    /// neither names nor conflicts are (both need the record itself); it stops after the
+    /// first record ending past `batch_bound`.
     ///
     /// Nothing in the loop owns memory or needs dropping, so an ERROR (raised by the
     /// page reader or by ProcessInterrupts) may leave it by longjmp to the guard, which
     /// re-raises it as pgrx does for a single call.
     fn read_batch(&mut self) {
         let reader = self.reader;
+        let bound = self.batch_bound.0;
         let lean = &mut self.lean;
         lean.clear();
         self.lean_at = 0;
@@ -621,7 +629,10 @@ impl WalReader {
                     rmid: cur.rmid,
                     kind,
                 };
-                if lean.push(head).is_err() || lean.is_full() {
+                // Never more than one record past where the record loop stops: reading
+                // further could meet an error (a removed segment, another timeline) that
+                // reading one record at a time would not have.
+                if lean.push(head).is_err() || lean.is_full() || head.end_lsn > bound {
                     break Held::Nothing;
                 }
             })
@@ -657,7 +668,7 @@ impl WalReader {
                 Held::Null(errormsg) => return unsafe { self.at_null(errormsg) },
                 Held::Nothing => {}
             }
-            if self.with_names || self.with_conflicts {
+            if self.with_names || self.with_conflicts || !self.batch_heads {
                 let mut errormsg: *mut std::ffi::c_char = std::ptr::null_mut();
                 unsafe {
                     if pg_sys::XLogReadRecord(self.reader, &mut errormsg).is_null() {

@@ -59,6 +59,10 @@ pub struct DecodingContext {
     /// The reader's record was read but not fed yet (it ends after a limit given to
     /// `next_row_upto`).
     pending: bool,
+    /// Records that need only their head are read ahead in batches and fed in a loop of
+    /// their own ([`DecodingContext::read_heads_in_batches`]): for consumers that only
+    /// look at rows (the traces), not at the position after each record.
+    batch_heads: bool,
     /// The memory context the reader was allocated in (for set-returning functions the
     /// multi-call context): every read runs in it, since per-call contexts are reset.
     mcx: pg_sys::MemoryContext,
@@ -142,6 +146,7 @@ impl DecodingContext {
             replay,
             reader,
             pending: false,
+            batch_heads: false,
             mcx,
             last_record: None,
             records: 0,
@@ -285,6 +290,11 @@ impl DecodingContext {
             return false;
         };
         if !std::mem::take(&mut self.pending) {
+            // A batch reads no further than the first record past where this loop stops.
+            reader.batch_bound = match (self.input.end, limit) {
+                (Some(e), Some(l)) => e.min(l),
+                (e, l) => e.or(l).unwrap_or(Lsn(u64::MAX)),
+            };
             let mcx = self.mcx;
             let more =
                 unsafe { pgrx::PgMemoryContexts::For(mcx).switch_to(|_| reader.next_record()) };
@@ -329,6 +339,19 @@ impl DecodingContext {
         }
     }
 
+    /// Reads the records that need only their head (heap changes, records only the xid
+    /// matters of: most records) in batches under one guard, and feeds them in a loop of
+    /// their own: one call of the record loop may then feed many of them before the record
+    /// it returns, so `last_end` and `records` move by more than one record per call. For
+    /// consumers that only look at rows (the traces); never for those that stop at a
+    /// position after any record (slot prediction).
+    pub fn read_heads_in_batches(&mut self) {
+        self.batch_heads = true;
+        if let Some(r) = self.reader.as_mut() {
+            r.batch_heads = true;
+        }
+    }
+
     /// The record loop: reads the next record and re-runs decode.c
     /// LogicalDecodingProcessRecord on it. `None` at the end (see
     /// [`DecodingContext::stopped`]); `Some(Err)` for the ERROR the server would raise
@@ -343,7 +366,7 @@ impl DecodingContext {
     /// [`DecodingContext::next_row`], but only for a record ending at or before `limit`
     /// (a later one stays unread for the next call).
     pub fn next_row_upto(&mut self, limit: Option<Lsn>) -> Option<RowResult> {
-        if !self.input.all_records && !self.pending && self.stopped.is_none() {
+        if self.batch_heads && !self.input.all_records && !self.pending && self.stopped.is_none() {
             self.feed_read_ahead_heads(limit);
         }
         if !self.read(limit) {
@@ -455,6 +478,7 @@ impl DecodingContext {
             Some(mut r) => {
                 r.with_names = self.input.all_records;
                 r.with_conflicts = self.invalidation.is_some();
+                r.batch_heads = self.batch_heads;
                 self.reader = Some(r);
                 self.pending = false;
                 self.stopped = None;

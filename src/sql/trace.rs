@@ -35,6 +35,7 @@ impl TraceIter {
     pub fn start(input: ReplayInput) -> Self {
         let mut ctx = DecodingContext::start(input);
         ctx.watch_invalidation();
+        ctx.read_heads_in_batches();
         let writers = OtherWriters::new(&ctx);
         let start_row = Some(Traced {
             row: Box::new(ctx.start_row()),
