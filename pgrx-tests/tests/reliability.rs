@@ -22,14 +22,15 @@ const TABLE: &str = "pgsnap_rel_big";
 /// How late 57014 may come after the timeout fired or the cancel was sent.
 const PROMPT: Duration = Duration::from_secs(1);
 
-/// Logical messages and rows written after the slot: PGSNAP_REL_RECORDS (default 1000000,
-/// about 130 MB of WAL; the fastest replay, `snapbuild_slot_health`, then reads for about
-/// 0.7 s on an idle machine).
+/// Logical messages and rows written after the slot: PGSNAP_REL_RECORDS (default 3000000,
+/// about 390 MB of WAL, so that every call still reads for well over the 200 ms timeout: the
+/// traces read batches of heap records at 700 MB/s and more since stop 21, and over 1000000
+/// (130 MB) `snapbuild_trace_json` finished in 192 ms on PostgreSQL 14).
 fn records() -> i64 {
     std::env::var("PGSNAP_REL_RECORDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000)
+        .unwrap_or(3_000_000)
 }
 
 /// The slot, then lots of WAL after it; returns the LSNs around the workload.
