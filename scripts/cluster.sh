@@ -62,11 +62,14 @@ EOF
     echo "cluster pg$version started on 127.0.0.1:$PORT (log: $LOG)"
     ;;
 stop)
-    # the hot standby the multi-session tests make (pgrx-tests/src/standby.rs), if any
-    if [ -f "$W/standby/data/postmaster.pid" ]; then
-        as_pg "$BIN/pg_ctl" -D "$W/standby/data" -m fast -w -t 60 stop >/dev/null 2>&1 \
-            && echo "standby of pg$version stopped"
-    fi
+    # the hot standby and its cascading standby the multi-session tests make
+    # (pgrx-tests/src/standby.rs), if any
+    for sb in cascade standby; do
+        if [ -f "$W/$sb/data/postmaster.pid" ]; then
+            as_pg "$BIN/pg_ctl" -D "$W/$sb/data" -m fast -w -t 60 stop >/dev/null 2>&1 \
+                && echo "$sb of pg$version stopped"
+        fi
+    done
     if running; then
         as_pg "$BIN/pg_ctl" -D "$DATA" -m fast -w -t 60 stop >/dev/null
         echo "cluster pg$version stopped"

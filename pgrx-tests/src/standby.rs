@@ -5,8 +5,9 @@
 //! primary's port + 50. A [`Standby`] stops the server when dropped (at the end of the
 //! test: a standby with hot_standby_feedback must not hold the primary's xmin during the
 //! other tests); the next test starts it again, and makes a new one when it no longer
-//! streams from this primary (e.g. after a promotion). `scripts/cluster.sh stop MAJOR`
-//! stops one left running with the primary.
+//! streams from this primary (e.g. after a promotion). [`Standby::cascade`] makes a
+//! cascading standby of it in `<primary data dir>/../cascade/` (port + 60).
+//! `scripts/cluster.sh stop MAJOR` stops either when left running with the primary.
 
 use crate::cluster::{wait_for, Env};
 use crate::values::{err_text, parse_lsn};
@@ -18,6 +19,9 @@ use std::time::Duration;
 /// The physical slot on the primary the standby streams from (`primary_slot_name`).
 pub const STANDBY_SLOT: &str = "pgsnap_standby";
 
+/// The physical slot on the standby a cascading standby ([`Standby::cascade`]) streams from.
+pub const CASCADE_SLOT: &str = "pgsnap_cascade";
+
 /// A running standby of the test cluster; stopped (fast shutdown) when dropped.
 #[derive(Debug)]
 pub struct Standby {
@@ -25,6 +29,10 @@ pub struct Standby {
     pub env: Env,
     /// The primary.
     pub primary: Env,
+    /// The server it streams from: the primary, or for a cascading standby the standby.
+    pub upstream: Env,
+    /// Its physical slot on `upstream` (`primary_slot_name`).
+    slot: &'static str,
     bin: PathBuf,
 }
 
@@ -85,9 +93,11 @@ impl Env {
                 ..self.clone()
             },
             primary: self.clone(),
+            upstream: self.clone(),
+            slot: STANDBY_SLOT,
             bin,
         };
-        if !sb.follows_primary() {
+        if !sb.follows_upstream() {
             // A standby stopped by an earlier test: start it, and keep it if it catches up
             // with this primary within 10 s (its WAL may be gone from the primary meanwhile,
             // e.g. after a test invalidated the physical slot: then the walreceiver says
@@ -109,23 +119,52 @@ impl Env {
 }
 
 impl Standby {
+    /// A cascading standby of this standby (PostgreSQL's "cascading replication"): made
+    /// afresh with `pg_basebackup -R` from this standby into `<primary data dir>/../cascade/`,
+    /// listening on the primary's port + 60, streaming from this standby through the
+    /// physical slot [`CASCADE_SLOT`] there, with `hot_standby_feedback = on` (relayed to
+    /// the primary by this standby's own feedback); caught up with the primary's current
+    /// WAL position. Stopped, and its slot on this standby dropped, when dropped (drop it
+    /// before this standby). Panics with the tools' output when it cannot be made.
+    pub fn cascade(&self) -> Standby {
+        let dir = self
+            .primary
+            .pgdata
+            .parent()
+            .expect("PGSNAP_PGDATA has a parent")
+            .join("cascade");
+        let cs = Standby {
+            env: Env {
+                port: self.primary.port + 60,
+                log: dir.join("server.log"),
+                pgdata: dir.join("data"),
+                ..self.primary.clone()
+            },
+            primary: self.primary.clone(),
+            upstream: self.env.clone(),
+            slot: CASCADE_SLOT,
+            bin: self.bin.clone(),
+        };
+        // One left by an interrupted run may hold its slot's xmin: always a new one.
+        cs.stop();
+        cs.make()
+            .unwrap_or_else(|e| panic!("making the cascading standby: {e}"));
+        let mut p = self.primary.connect("pgsnap-cascade");
+        cs.wait_replayed(&mut p);
+        cs
+    }
+
     fn pg_ctl(&self) -> PathBuf {
         self.bin.join("pg_ctl")
     }
 
     /// A session on the standby, or `None` when it does not accept one (within 5 s).
     pub fn try_connect(&self) -> Option<postgres::Client> {
-        let mut cfg = postgres::Config::new();
-        cfg.host(&self.env.host)
-            .port(self.env.port)
-            .user(&self.env.user)
-            .dbname(&self.env.dbname)
-            .connect_timeout(Duration::from_secs(5));
-        cfg.connect(postgres::NoTls).ok()
+        try_connect(&self.env)
     }
 
-    /// Whether a standby runs on its port, in recovery, streaming from this primary.
-    fn follows_primary(&self) -> bool {
+    /// Whether a standby runs on its port, in recovery, streaming from its upstream.
+    fn follows_upstream(&self) -> bool {
         if !self.env.pgdata.join("postmaster.pid").exists() {
             return false;
         }
@@ -135,7 +174,7 @@ impl Standby {
         let Ok(r) = c.query_one(
             "SELECT pg_is_in_recovery(), (SELECT count(*) FROM pg_stat_wal_receiver \
              WHERE status = 'streaming' AND sender_port = $1)",
-            &[&(self.primary.port as i32)],
+            &[&(self.upstream.port as i32)],
         ) else {
             return false;
         };
@@ -154,7 +193,7 @@ impl Standby {
         while t0.elapsed() < timeout {
             std::thread::sleep(Duration::from_millis(100));
             if let Some(mut c) = self.try_connect() {
-                if replay_lsn(&mut c) >= target && self.follows_primary() {
+                if replay_lsn(&mut c) >= target && self.follows_upstream() {
                     return true;
                 }
             }
@@ -162,16 +201,16 @@ impl Standby {
         false
     }
 
-    /// pg_basebackup -R from the primary into a fresh data directory (a physical slot
+    /// pg_basebackup -R from the upstream into a fresh data directory (a physical slot
     /// made by `-C -S`), settings of its own, started.
     fn make(&self) -> Result<(), String> {
         let dir = self.env.pgdata.parent().unwrap().to_path_buf();
-        // A previous standby's slot on the primary would be in the way of -C.
-        let mut p = self.primary.connect("pgsnap-standby");
+        // A previous standby's slot on the upstream would be in the way of -C.
+        let mut p = self.upstream.connect("pgsnap-standby");
         p.execute(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
              WHERE slot_name = $1 AND NOT active",
-            &[&STANDBY_SLOT],
+            &[&self.slot],
         )
         .map_err(|e| err_text(&e))?;
         let mut rm = as_pg(Path::new("/bin/rm"));
@@ -182,13 +221,13 @@ impl Standby {
         run(mk, "mkdir standby dir")?;
         let mut bb = as_pg(&self.bin.join("pg_basebackup"));
         bb.arg("-h")
-            .arg(&self.primary.host)
+            .arg(&self.upstream.host)
             .arg("-p")
-            .arg(self.primary.port.to_string())
+            .arg(self.upstream.port.to_string())
             .args([
                 "-U", "postgres", "-X", "stream", "-c", "fast", "-R", "-C", "-S",
             ])
-            .arg(STANDBY_SLOT)
+            .arg(self.slot)
             .arg("-D")
             .arg(&self.env.pgdata);
         run(bb, "pg_basebackup")?;
@@ -197,7 +236,7 @@ impl Standby {
         let auto = self.env.pgdata.join("postgresql.auto.conf");
         let script = format!(
             "set -e; grep -v '^primary_conninfo' '{a}' > '{a}.new'; mv '{a}.new' '{a}'; \
-             echo \"primary_conninfo = 'host={h} port={p} user={u} dbname=postgres application_name=pgsnap_standby'\" >> '{a}'; \
+             echo \"primary_conninfo = 'host={h} port={p} user={u} dbname=postgres application_name={slot}'\" >> '{a}'; \
              cat > '{d}/pg_snapbuild.conf' <<EOF\n\
 wal_level = logical\nmax_replication_slots = 20\nmax_wal_senders = 20\n\
 max_prepared_transactions = 10\nlisten_addresses = '127.0.0.1'\nport = {sp}\n\
@@ -205,13 +244,13 @@ unix_socket_directories = '{sock}'\nlog_line_prefix = '%m [%p] '\nfsync = off\n\
 hot_standby_feedback = on\nprimary_slot_name = '{slot}'\n\
 EOF\n",
             a = auto.display(),
-            h = self.primary.host,
-            p = self.primary.port,
-            u = self.primary.user,
+            h = self.upstream.host,
+            p = self.upstream.port,
+            u = self.upstream.user,
             d = self.env.pgdata.display(),
             sp = self.env.port,
             sock = dir.join("sock").display(),
-            slot = STANDBY_SLOT,
+            slot = self.slot,
         );
         let mut sh = as_pg(Path::new("/bin/sh"));
         sh.arg("-c").arg(script);
@@ -284,17 +323,22 @@ EOF\n",
 }
 
 impl Drop for Standby {
-    /// Stops the standby, then drops and re-creates its physical slot on the primary
-    /// (reserving WAL from the last checkpoint's redo, before what the standby replayed):
-    /// the slot would otherwise keep the xmin the standby's feedback set.
+    /// Stops the standby, then drops its physical slot on the upstream; a standby of the
+    /// primary gets it re-created (reserving WAL from the last checkpoint's redo, before
+    /// what the standby replayed) for the next test to start it again. The slot would
+    /// otherwise keep the xmin the standby's feedback set. A cascading standby is made
+    /// afresh each time: its slot is only dropped, and only if its upstream still runs.
     fn drop(&mut self) {
         self.stop();
-        let mut p = self.primary.connect("pgsnap-standby");
+        let of_primary = self.upstream.port == self.primary.port;
+        let Some(mut p) = try_connect(&self.upstream) else {
+            return;
+        };
         let inactive = (0..50).any(|_| {
             let active: bool = p
                 .query_opt(
                     "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
-                    &[&STANDBY_SLOT],
+                    &[&self.slot],
                 )
                 .ok()
                 .flatten()
@@ -306,12 +350,29 @@ impl Drop for Standby {
             !active
         });
         if inactive {
+            let slot = self.slot;
             let _ = p.batch_execute(&format!(
-                "SELECT pg_drop_replication_slot('{STANDBY_SLOT}'); \
-                 SELECT pg_create_physical_replication_slot('{STANDBY_SLOT}', true)"
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+                 WHERE slot_name = '{slot}'"
             ));
+            if of_primary {
+                let _ = p.batch_execute(&format!(
+                    "SELECT pg_create_physical_replication_slot('{slot}', true)"
+                ));
+            }
         }
     }
+}
+
+/// A session on `env`'s server, or `None` when it does not accept one (within 5 s).
+fn try_connect(env: &Env) -> Option<postgres::Client> {
+    let mut cfg = postgres::Config::new();
+    cfg.host(&env.host)
+        .port(env.port)
+        .user(&env.user)
+        .dbname(&env.dbname)
+        .connect_timeout(Duration::from_secs(5));
+    cfg.connect(postgres::NoTls).ok()
 }
 
 /// `pg_last_wal_replay_lsn()` of a standby session.

@@ -167,14 +167,31 @@ fn st1_standby_creation_c1_c2_c3_then_decoding() {
     let Some((_g, env, mut pc, sb, mut sc)) = start_on_standby("st1") else {
         return;
     };
-    let slot = "pgsnap_st1";
+    creation_c1_c2_c3_then_decoding("st1", "standby", &env, &mut pc, &sb, &mut sc);
+}
+
+/// st1's story on `sb` (a standby of `env`'s primary, or a cascading standby): slot
+/// `pgsnap_TEST`, table `pgsnap_TEST_t`, sessions `pgsnap-TEST-x` on the primary; `pc` is a
+/// session on the primary, `sc` one on `sb`; `where_` names `sb` in the counts line.
+fn creation_c1_c2_c3_then_decoding(
+    test: &str,
+    where_: &str,
+    env: &Env,
+    pc: &mut Client,
+    sb: &Standby,
+    sc: &mut Client,
+) {
+    let slot = &format!("pgsnap_{test}");
+    let t = format!("pgsnap_{test}_t");
     let _guard = SlotGuard::new(&sb.env, slot);
-    pc.batch_execute("DROP TABLE IF EXISTS pgsnap_st1_t; CREATE TABLE pgsnap_st1_t (id int)")
-        .unwrap();
-    let xa = OpenXact::begin(&env, "pgsnap-st1-a");
-    let xb = OpenXact::begin(&env, "pgsnap-st1-b");
+    pc.batch_execute(&format!(
+        "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int)"
+    ))
+    .unwrap();
+    let xa = OpenXact::begin(env, &format!("pgsnap-{test}-a"));
+    let xb = OpenXact::begin(env, &format!("pgsnap-{test}-b"));
     let (a, b) = (xa.xid, xb.xid);
-    sb.wait_replayed(&mut pc);
+    sb.wait_replayed(pc);
     let off = log_offset(&sb.env);
     let cr = Creation::start(&sb.env, slot, "test_decoding");
     wait_for("the slot to appear on the standby", WAIT, || {
@@ -189,9 +206,9 @@ fn st1_standby_creation_c1_c2_c3_then_decoding() {
     let mut stats = TraceStats::default();
 
     // --- c-1: the primary's RUNNING_XACTS runs a and b
-    env.log_standby_snapshot(&mut pc);
+    env.log_standby_snapshot(pc);
     let msgs = wait_logged(&sb, off, cr.pid, "c-1");
-    let rows = check_standby_trace(&mut sc, slot, &msgs, &mut stats);
+    let rows = check_standby_trace(sc, slot, &msgs, &mut stats);
     let c1 = branch_row(&rows, "c-1");
     let wx = c1.wait_xids.clone().unwrap_or_default();
     assert!(
@@ -201,7 +218,7 @@ fn st1_standby_creation_c1_c2_c3_then_decoding() {
     );
     // The diagnosis on the standby: a and b are the primary's; its query finds their
     // sessions there.
-    let d = diagnosis(&mut sc, slot);
+    let d = diagnosis(sc, slot);
     let primary_rows: Vec<_> = d
         .iter()
         .filter(|r| r.0 == "waiting for primary transaction")
@@ -222,7 +239,7 @@ fn st1_standby_creation_c1_c2_c3_then_decoding() {
             remedy.contains("SELECT pg_log_standby_snapshot() on the primary"),
             "{remedy}"
         );
-        let pid = pid_by_remedy(&mut pc, remedy);
+        let pid = pid_by_remedy(pc, remedy);
         if r.1 == Some(a) {
             assert_eq!(pid, Some(xa.pid), "the remedy's query finds a's session");
             found += 1;
@@ -233,13 +250,13 @@ fn st1_standby_creation_c1_c2_c3_then_decoding() {
     }
 
     // --- c-2: d begins after the first record; a and b end; a new record
-    let xd = OpenXact::begin(&env, "pgsnap-st1-d");
+    let xd = OpenXact::begin(env, &format!("pgsnap-{test}-d"));
     let dx = xd.xid;
     xa.commit();
     xb.commit();
-    env.log_standby_snapshot(&mut pc);
+    env.log_standby_snapshot(pc);
     let msgs = wait_logged(&sb, off, cr.pid, "c-2");
-    let rows = check_standby_trace(&mut sc, slot, &msgs, &mut stats);
+    let rows = check_standby_trace(sc, slot, &msgs, &mut stats);
     let c2 = branch_row(&rows, "c-2");
     assert!(
         c2.wait_xids.clone().unwrap_or_default().contains(&dx),
@@ -248,10 +265,10 @@ fn st1_standby_creation_c1_c2_c3_then_decoding() {
     );
 
     // --- c-3: e begins after FULL; d ends; a new record runs e
-    let xe = OpenXact::begin(&env, "pgsnap-st1-e");
+    let xe = OpenXact::begin(env, &format!("pgsnap-{test}-e"));
     let e = xe.xid;
     xd.commit();
-    env.log_standby_snapshot(&mut pc);
+    env.log_standby_snapshot(pc);
     let cpid = cr.pid;
     let ret = cr.wait(CREATE_TIMEOUT);
     let msgs = messages(&sb, off, cpid);
@@ -262,13 +279,13 @@ fn st1_standby_creation_c1_c2_c3_then_decoding() {
         "e was running: the standby takes c-3:\n{}",
         dump_log(&msgs)
     );
-    let ss = server_slot(&mut sc, slot);
+    let ss = server_slot(sc, slot);
     assert_eq!(
         ss.confirmed_flush,
         Some(ret),
         "creation result = confirmed_flush"
     );
-    let rows = check_standby_trace(&mut sc, slot, &msgs, &mut stats);
+    let rows = check_standby_trace(sc, slot, &msgs, &mut stats);
     let crow =
         consistent_row(&rows).unwrap_or_else(|| panic!("never consistent:\n{}", dump(&rows)));
     assert_eq!(
@@ -293,24 +310,24 @@ fn st1_standby_creation_c1_c2_c3_then_decoding() {
     xe.commit();
 
     // --- decoding on the standby: DDL and DML on the primary, a RUNNING_XACTS between
-    let xk = OpenXact::begin(&env, "pgsnap-st1-k");
-    pc.batch_execute(
-        "INSERT INTO pgsnap_st1_t VALUES (1); \
-         BEGIN; ALTER TABLE pgsnap_st1_t ADD COLUMN b2 int; INSERT INTO pgsnap_st1_t VALUES (2, 2); COMMIT",
-    )
+    let xk = OpenXact::begin(env, &format!("pgsnap-{test}-k"));
+    pc.batch_execute(&format!(
+        "INSERT INTO {t} VALUES (1); \
+         BEGIN; ALTER TABLE {t} ADD COLUMN b2 int; INSERT INTO {t} VALUES (2, 2); COMMIT"
+    ))
     .unwrap();
-    env.log_standby_snapshot(&mut pc);
-    pc.batch_execute("INSERT INTO pgsnap_st1_t VALUES (3, 3)")
+    env.log_standby_snapshot(pc);
+    pc.batch_execute(&format!("INSERT INTO {t} VALUES (3, 3)"))
         .unwrap();
     xk.commit();
-    env.log_standby_snapshot(&mut pc);
-    pc.batch_execute("INSERT INTO pgsnap_st1_t VALUES (4, 4)")
+    env.log_standby_snapshot(pc);
+    pc.batch_execute(&format!("INSERT INTO {t} VALUES (4, 4)"))
         .unwrap();
-    let upto = sb.wait_replayed(&mut pc);
-    let upto = upto.min(replay_lsn(&mut sc));
-    let rows = trace_ok(&mut sc, slot);
+    let upto = sb.wait_replayed(pc);
+    let upto = upto.min(replay_lsn(sc));
+    let rows = trace_ok(sc, slot);
     let replay = emitted_by_replay(&rows, upto);
-    let emitted = emitted_by_test_decoding(&mut sc, slot, upto);
+    let emitted = emitted_by_test_decoding(sc, slot, upto);
     assert_eq!(
         replay,
         emitted,
@@ -318,17 +335,17 @@ fn st1_standby_creation_c1_c2_c3_then_decoding() {
         fmt_lsn(upto),
         dump(&rows)
     );
-    let changes = slot_changes(&mut sc, slot, true);
+    let changes = slot_changes(sc, slot, true);
     assert!(
         changes.iter().any(|l| l.contains("b2[integer]:4")),
         "the standby decodes the column added on the primary:\n{changes:#?}"
     );
     // The consuming decoder serialized its snapshots on the standby.
-    let files = server_snap_files(&mut sc);
-    let rows = trace_ok(&mut sc, slot);
-    let ss = server_slot(&mut sc, slot);
-    let replayed = replay_lsn(&mut sc);
-    stats += check_trace_against_wal(&mut sc, ss.restart_lsn, replayed, &rows);
+    let files = server_snap_files(sc);
+    let rows = trace_ok(sc, slot);
+    let ss = server_slot(sc, slot);
+    let replayed = replay_lsn(sc);
+    stats += check_trace_against_wal(sc, ss.restart_lsn, replayed, &rows);
     let with_file = rows
         .iter()
         .filter(|r| {
@@ -336,7 +353,7 @@ fn st1_standby_creation_c1_c2_c3_then_decoding() {
         })
         .count();
     println!(
-        "pgsnap-counts: st1 PG{} standby xids a={a} b={b} d={dx} e={e} server branches {k:?} trace rows {} running_xacts rows matched to WAL {} agrees t/f/null {}/{}/{} diagnosis pids found on the primary {found} pairs emitted {} .snap files on the standby {} rows at them {with_file}",
+        "pgsnap-counts: {test} PG{} {where_} xids a={a} b={b} d={dx} e={e} server branches {k:?} trace rows {} running_xacts rows matched to WAL {} agrees t/f/null {}/{}/{} diagnosis pids found on the primary {found} pairs emitted {} .snap files there {} rows at them {with_file}",
         env.major,
         stats.rows,
         stats.wal_records_matched,
@@ -346,7 +363,36 @@ fn st1_standby_creation_c1_c2_c3_then_decoding() {
         emitted.len(),
         files.len()
     );
-    pc.batch_execute("DROP TABLE pgsnap_st1_t").unwrap();
+    pc.batch_execute(&format!("DROP TABLE {t}")).unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// st10: st1 on a cascading standby (a standby of the standby)
+// ---------------------------------------------------------------------------------------
+
+/// st1's c-1 / c-2 / c-3 creation, diagnosis and decoding on a cascading standby: the
+/// RUNNING_XACTS records reach it through the standby's walsender, and every verdict is
+/// checked against the cascading standby's own log, WAL, slot and test_decoding output.
+#[test]
+fn st10_cascading_standby_creation_c1_c2_c3_then_decoding() {
+    let Some((_g, env, mut pc, sb, _sc)) = start_on_standby("st10") else {
+        return;
+    };
+    let cs = sb.cascade();
+    let mut cc = cs.connect("pgsnap-st10");
+    // It streams from the standby, not from the primary.
+    let sender: i32 = cc
+        .query_one(
+            "SELECT sender_port FROM pg_stat_wal_receiver WHERE status = 'streaming'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        sender as u16, sb.env.port,
+        "the cascading standby's upstream"
+    );
+    creation_c1_c2_c3_then_decoding("st10", "cascading standby", &env, &mut pc, &cs, &mut cc);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -471,12 +517,12 @@ fn st3_functions_on_a_standby_by_major() {
         "SELECT count(*) FROM snapbuild_trace_range($1::text::pg_lsn, NULL)",
         &[&start],
     );
-    // The server itself: a logical slot cannot be created on this standby before 16.
-    let server = sc.query(
-        "SELECT pg_create_logical_replication_slot('pgsnap_st3', 'test_decoding')",
-        &[],
-    );
     if env.major < 16 {
+        // The server itself: a logical slot cannot be created on this standby before 16.
+        let server = sc.query(
+            "SELECT pg_create_logical_replication_slot('pgsnap_st3', 'test_decoding')",
+            &[],
+        );
         let e = r.expect_err("trace_range on a 14/15 standby must fail");
         let db = e.as_db_error().expect("a server error");
         assert_eq!(
@@ -514,7 +560,19 @@ fn st3_functions_on_a_standby_by_major() {
         let n: i64 =
             r.unwrap_or_else(|e| panic!("trace_range on a standby: {}", err_text(&e)))[0].get(0);
         assert!(n >= 1);
-        server.unwrap_or_else(|e| panic!("slot on the standby: {}", err_text(&e)));
+        // The server itself creates a slot here. On a standby the creation waits for the
+        // primary's next RUNNING_XACTS after its start: log them until it returns (the
+        // background writer logs one only after other WAL, which a quiet primary may not
+        // write: seen once, a creation waiting out its 120 s statement_timeout).
+        let _guard = SlotGuard::new(&sb.env, "pgsnap_st3");
+        let mut cr = Creation::start(&sb.env, "pgsnap_st3", "test_decoding");
+        wait_for("the slot's creation on the standby to return", WAIT, || {
+            env.log_standby_snapshot(&mut pc);
+            std::thread::sleep(Duration::from_millis(200));
+            cr.try_done()
+        });
+        cr.result(WAIT)
+            .unwrap_or_else(|e| panic!("slot on the standby: {e}"));
         sc.batch_execute("SELECT pg_drop_replication_slot('pgsnap_st3')")
             .unwrap();
         // A start past what the standby has replayed: the error says so.
