@@ -70,7 +70,15 @@ if [ "$REUSE" = 1 ]; then
 else
     # ---- 1. a fresh cluster -----------------------------------------------------------------
     # The logical slot keeps every segment of the range; wal_keep_size is a second guard.
-    echo "wal_keep_size = $((WAL_MB * 2 + 1024))MB" | bench_fresh_cluster
+    # A here-document, not a pipe: a function at the end of a pipe runs in a subshell, whose
+    # exit ran the EXIT trap it sets and stopped the new cluster at once.
+    # No timed checkpoint during the run: how many full-page images the WAL holds (and so how
+    # many records fit in WAL_MB) would otherwise depend on how fast pgbench runs; without
+    # them the WAL is the many-small-records shape of a fast machine on every machine.
+    bench_fresh_cluster <<EOF
+wal_keep_size = $((WAL_MB * 2 + 1024))MB
+checkpoint_timeout = 1d
+EOF
     q "CREATE EXTENSION pg_snapbuild; CREATE EXTENSION pg_walinspect" >/dev/null
     q "SELECT pg_create_logical_replication_slot('bench_slot', 'test_decoding')" >/dev/null
 

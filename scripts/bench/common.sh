@@ -37,7 +37,8 @@
 #                        uses (127.0.0.1, PORT, SOCK, wal_level logical, max_wal_size 4GB,
 #                        fsync off, log_line_prefix '%m [%p] ') and then its stdin (the
 #                        benchmark's own settings) to postgresql.conf, sets the EXIT trap and
-#                        starts the cluster
+#                        starts the cluster; give it a here-document, never call it at the end
+#                        of a pipe (a subshell: its exit would run the trap and stop the cluster)
 #   bench_idle_backend   sets IDLE_KIB and IDLE_ANON_KIB: VmHWM and RssAnon of a fresh backend
 #                        that ran nothing, the baseline for the backends' figures
 #   bench_start_kept_cluster
