@@ -123,7 +123,7 @@ while read -r major version sha; do
 done <<<"$WHEELS
 $MINOR_WHEELS"
 
-# 4b. Keep the clusters' ports (55400+MAJOR, standbys +50, older minors and the benchmark up to
+# 4b. Keep the clusters' ports (55400+MAJOR, standbys +50, cascading standbys +60, older minors and the benchmark up to
 #     55899) out of the kernel's ephemeral range, so that no client connection's local port takes
 #     one of them (a standby once failed to start with "Address already in use" on a port no
 #     server held). Best effort: skipped where /proc/sys is read-only.
