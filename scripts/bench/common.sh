@@ -37,8 +37,9 @@
 #                        uses (127.0.0.1, PORT, SOCK, wal_level logical, max_wal_size 4GB,
 #                        fsync off, log_line_prefix '%m [%p] ') and then its stdin (the
 #                        benchmark's own settings) to postgresql.conf, sets the EXIT trap and
-#                        starts the cluster; give it a here-document, never call it at the end
-#                        of a pipe (a subshell: its exit would run the trap and stop the cluster)
+#                        starts the cluster; give it a here-document: called in a subshell (at
+#                        the end of a pipe) it refuses, as that subshell's exit would run the
+#                        trap and stop the cluster
 #   bench_idle_backend   sets IDLE_KIB and IDLE_ANON_KIB: VmHWM and RssAnon of a fresh backend
 #                        that ran nothing, the baseline for the backends' figures
 #   bench_start_kept_cluster
@@ -125,6 +126,12 @@ lsn_diff() { q "SELECT ('$2'::pg_lsn - '$1'::pg_lsn)::bigint"; }
 
 bench_fresh_cluster() { # settings for postgresql.conf on stdin
     local settings
+    # In a subshell (e.g. at the end of a pipe) the EXIT trap set below would run when the
+    # subshell ends and stop the cluster just started: refuse.
+    if [ "$BASHPID" != "$$" ]; then
+        echo "bench_fresh_cluster: called in a subshell (a pipe?); give the settings as a here-document" >&2
+        exit 2
+    fi
     settings="listen_addresses = '127.0.0.1'
 port = $PORT
 unix_socket_directories = '$SOCK'
