@@ -587,3 +587,150 @@ fn r5_flush_wait_stops_on_timeout_and_cancel() {
     }
     panic!("in 5 attempts the flush position did not stay inside the message");
 }
+
+/// The traces' fast path (records that need only their head fed as the reader reads them,
+/// under one guard per run of such records: `WalReader::read_batch_feeding`) replays
+/// exactly what the record-by-record path of `all_records` replays: on WAL the server
+/// wrote with four sessions' transactions interleaved (savepoints, a DDL, RUNNING_XACTS
+/// between them, one transaction of 20 000 rows), every row of the default trace is the
+/// `all_records` row of the same record, column for column (the record's name aside:
+/// `all_records` spells it as pg_waldump does); the `all_records` trace has one row per
+/// record pg_walinspect reads over the range (15+); and a trace cut at `end_lsn` (at record
+/// ends and inside records) is the full trace's rows up to there.
+#[test]
+fn r6_batched_trace_equals_record_by_record() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let tab = "pgsnap_rel_batch";
+    c.batch_execute(&format!(
+        "DROP TABLE IF EXISTS {tab}, {tab}_ddl; CREATE TABLE {tab} (a int, b text)"
+    ))
+    .unwrap();
+    let start: String = c
+        .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+        .unwrap()
+        .get(0);
+    env.log_standby_snapshot(&mut c);
+    let mut sessions: Vec<Client> = (0..4)
+        .map(|i| env.connect(&format!("pgsnap-rel-batch-{i}")))
+        .collect();
+    for s in sessions.iter_mut() {
+        s.batch_execute("BEGIN").unwrap();
+    }
+    for i in 0..600 {
+        let s = &mut sessions[i % 4];
+        s.batch_execute(&format!("INSERT INTO {tab} VALUES ({i}, 'row {i}')"))
+            .unwrap();
+        if i % 7 == 0 {
+            s.batch_execute(&format!(
+                "SAVEPOINT s; INSERT INTO {tab} VALUES (-{i}, 'sub'); RELEASE s"
+            ))
+            .unwrap();
+        }
+        if i % 3 == 0 {
+            s.batch_execute("COMMIT; BEGIN").unwrap();
+        }
+        if i % 97 == 0 {
+            env.log_standby_snapshot(&mut c);
+        }
+        if i == 300 {
+            c.batch_execute(&format!("CREATE TABLE {tab}_ddl (a int)"))
+                .unwrap();
+        }
+    }
+    for s in sessions.iter_mut() {
+        s.batch_execute("COMMIT").unwrap();
+    }
+    c.batch_execute(&format!(
+        "INSERT INTO {tab} SELECT g, 'bulk' FROM generate_series(1, 20000) g"
+    ))
+    .unwrap();
+    env.log_standby_snapshot_flushed(&mut c, tab, "0, 'end'");
+    let end = fmt_lsn(flush_lsn(&mut c));
+
+    // Every column but `record`, as one text per row, with the row's LSNs.
+    let rows = |c: &mut Client, upto: &str, all: bool| -> Vec<(u64, u64, String)> {
+        c.query(
+            "SELECT lsn::text, end_lsn::text, (lsn, end_lsn, xid, branch, state_before, state, xmin, xmax, \
+             next_phase_at, start_decoding_at, running_xids, wait_xids, level, message, detail, verdict, \
+             decoded, timetravel, candidate_catalog_xmin, candidate_restart_lsn, initial_xmin_horizon, \
+             in_slot_creation, server_state, server_source, agrees, disagreement, bytes_agree, \
+             serialized_xmin, serialized_xmax, serialized_committed_xip, serialized_catchange_xip)::text \
+             FROM snapbuild_trace_range($1::text::pg_lsn, $2::text::pg_lsn, all_records => $3) \
+             WHERE record <> 'REPLAY START'",
+            &[&start, &upto, &all],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let end: Option<String> = r.get(1);
+            (
+                parse_lsn(r.get::<_, &str>(0)),
+                end.as_deref().map_or(0, parse_lsn),
+                r.get(2),
+            )
+        })
+        .collect()
+    };
+    let batched = rows(&mut c, &end, false);
+    let all = rows(&mut c, &end, true);
+    let by_lsn: std::collections::HashMap<u64, &String> =
+        all.iter().map(|(l, _, t)| (*l, t)).collect();
+    let commits = batched
+        .iter()
+        .filter(|(_, _, t)| t.contains(",commit,"))
+        .count();
+    println!(
+        "pgsnap-counts: r6 PG{} {} .. {end}: {} rows batched ({commits} commit rows), {} rows record by record",
+        env.major,
+        start,
+        batched.len(),
+        all.len()
+    );
+    assert!(
+        commits >= 150,
+        "too few commit rows to show anything: {commits}"
+    );
+    for (lsn, _, text) in &batched {
+        assert_eq!(
+            Some(&text),
+            by_lsn.get(lsn),
+            "the default trace's row at {} differs from the all_records row of that record",
+            fmt_lsn(*lsn)
+        );
+    }
+    if env.major >= 15 {
+        let n: i64 = c
+            .query_one(
+                "SELECT count(*) FROM pg_get_wal_records_info($1::text::pg_lsn, $2::text::pg_lsn)",
+                &[&start, &end],
+            )
+            .unwrap()
+            .get(0);
+        // Both read from the first record at or after start to the last ending by end.
+        assert_eq!(
+            n as usize,
+            all.len(),
+            "pg_walinspect reads {n} records, the all_records trace has {} rows",
+            all.len()
+        );
+    }
+    // Cuts at record ends and inside records, spread over the range.
+    for k in 1..=6 {
+        let (lsn, rec_end, _) = &all[all.len() * k / 7];
+        for cut in [*rec_end, lsn + 1] {
+            let cut_text = fmt_lsn(cut);
+            let part = rows(&mut c, &cut_text, false);
+            let expected: Vec<&(u64, u64, String)> =
+                batched.iter().filter(|(_, e, _)| *e <= cut).collect();
+            assert_eq!(
+                part.iter().collect::<Vec<_>>(),
+                expected,
+                "the trace cut at {cut_text} is not the full trace's rows up to there"
+            );
+        }
+    }
+    c.batch_execute(&format!("DROP TABLE {tab}, {tab}_ddl"))
+        .unwrap();
+}

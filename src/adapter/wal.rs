@@ -105,12 +105,23 @@ const BATCH: usize = 64;
 /// The head of a record whose head is all the replay needs (a heap change, or a record
 /// only its xid matters of), read ahead in a batch.
 #[derive(Clone, Copy)]
-struct LeanHead {
-    lsn: u64,
-    end_lsn: u64,
-    xid: u32,
-    rmid: u8,
-    kind: RecordKind,
+pub struct LeanHead {
+    pub lsn: u64,
+    pub end_lsn: u64,
+    pub xid: u32,
+    pub rmid: u8,
+    pub kind: RecordKind,
+}
+
+/// What the batch loop does with a lean record within its bound.
+#[derive(Clone, Copy)]
+enum Consume {
+    /// Taken by the caller: read on.
+    Taken,
+    /// Kept in `lean` for the record loop.
+    Keep,
+    /// Taken, and the batch ends here (nothing more is read).
+    Stop,
 }
 
 /// What ended a batch, after its lean heads: the reader's current record (read, not yet
@@ -601,6 +612,48 @@ impl WalReader {
     /// page reader or by ProcessInterrupts) may leave it by longjmp to the guard, which
     /// re-raises it as pgrx does for a single call.
     fn read_batch(&mut self) {
+        self.read_batch_with(|_| Consume::Keep);
+    }
+
+    /// [`WalReader::read_batch`] that hands each lean record ending at or before
+    /// `batch_bound` to `feed` as soon as it is read (nothing is kept of it) and goes on
+    /// reading, so that the batch ends only at a record that needs more than its head,
+    /// the end of WAL, an error, or the first record past the bound (kept in `lean`).
+    /// For a caller with nothing to do between such records (the traces' record loop,
+    /// [`WalReader::feeding_is_due`] first). `feed` runs inside the guard: it must not
+    /// raise an ERROR (no PostgreSQL calls); a panic in it is caught there and resumed
+    /// once the guard is left.
+    pub fn read_batch_feeding(&mut self, mut feed: impl FnMut(&LeanHead)) {
+        let mut panic = None;
+        self.read_batch_with(|head| {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed(head))) {
+                Ok(()) => Consume::Taken,
+                Err(p) => {
+                    panic = Some(p);
+                    Consume::Stop
+                }
+            }
+        });
+        if let Some(p) = panic {
+            // Nothing was read after the record whose feed panicked: `Held::Nothing`.
+            std::panic::resume_unwind(p);
+        }
+    }
+
+    /// Whether [`WalReader::read_batch_feeding`] may run now: batches are asked for, no
+    /// record is held or read ahead, and no record needs more than its head (names,
+    /// conflicts).
+    pub fn feeding_is_due(&self) -> bool {
+        self.batch_heads
+            && !self.with_names
+            && !self.with_conflicts
+            && self.lean_at >= self.lean.len()
+            && matches!(self.held, Held::Nothing)
+    }
+
+    /// The batch loop: `consume` says what becomes of each lean record ending at or before
+    /// the bound (records past it are kept in `lean`).
+    fn read_batch_with(&mut self, mut consume: impl FnMut(&LeanHead) -> Consume) {
         let reader = self.reader;
         let bound = self.batch_bound.0;
         let lean = &mut self.lean;
@@ -629,6 +682,13 @@ impl WalReader {
                     rmid: cur.rmid,
                     kind,
                 };
+                if head.end_lsn <= bound {
+                    match consume(&head) {
+                        Consume::Taken => continue,
+                        Consume::Stop => break Held::Nothing,
+                        Consume::Keep => {}
+                    }
+                }
                 // Never more than one record past where the record loop stops: reading
                 // further could meet an error (a removed segment, another timeline) that
                 // reading one record at a time would not have.

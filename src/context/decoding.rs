@@ -339,6 +339,39 @@ impl DecodingContext {
         }
     }
 
+    /// Reads records and feeds those that need only their head as they are read, under
+    /// one guard, until one needs more (a commit, a RUNNING_XACTS, ...), the end of WAL
+    /// or the first record ending past `limit` or the input's end, which the record loop
+    /// then meets ([`WalReader::read_batch_feeding`]). Most records never leave the reader
+    /// loop: no head is kept, handed out or looked at twice.
+    fn feed_while_reading(&mut self, limit: Option<Lsn>) {
+        let Some(reader) = self.reader.as_mut() else {
+            return;
+        };
+        if !reader.feeding_is_due() {
+            return;
+        }
+        reader.batch_bound = match (self.input.end, limit) {
+            (Some(e), Some(l)) => e.min(l),
+            (e, l) => e.or(l).unwrap_or(Lsn(u64::MAX)),
+        };
+        pgrx::check_for_interrupts!();
+        let replay = &mut self.replay;
+        let records = &mut self.records;
+        let last_end = &mut self.last_end;
+        let last_record = &mut self.last_record;
+        unsafe {
+            pgrx::PgMemoryContexts::For(self.mcx).switch_to(|_| {
+                reader.read_batch_feeding(|h| {
+                    replay.feed_head_only(h.kind, h.rmid, h.xid, Lsn(h.lsn));
+                    *records += 1;
+                    *last_end = Lsn(h.end_lsn);
+                    *last_record = Some(Lsn(h.lsn));
+                })
+            });
+        }
+    }
+
     /// Reads the records that need only their head (heap changes, records only the xid
     /// matters of: most records) in batches under one guard, and feeds them in a loop of
     /// their own: one call of the record loop may then feed many of them before the record
@@ -368,6 +401,7 @@ impl DecodingContext {
     pub fn next_row_upto(&mut self, limit: Option<Lsn>) -> Option<RowResult> {
         if self.batch_heads && !self.input.all_records && !self.pending && self.stopped.is_none() {
             self.feed_read_ahead_heads(limit);
+            self.feed_while_reading(limit);
         }
         if !self.read(limit) {
             return None;
