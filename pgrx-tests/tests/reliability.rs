@@ -9,7 +9,8 @@
 //! (the workload would be too small to show anything).
 //!
 //! r4 shows `snapbuild_trace_json`'s bound (54000 past 64 MiB of JSON, with the backend's
-//! memory bounded), r5 the cancel of the wait for a record to be flushed.
+//! memory bounded), r5 the cancel of the wait for a record to be flushed, r6 that the traces'
+//! fast path (heads fed as the reader reads them) replays what the record-by-record path does.
 //!
 //! Needs the environment of `scripts/cluster.sh env MAJOR` (see pgrx-tests/README.md).
 
