@@ -99,11 +99,14 @@ unsafe extern "C-unwind" {
     fn process_interrupts_in_batch();
 }
 
-/// Records read at most under one guard (see [`WalReader::read_batch`]).
+/// Records read ahead at most under one guard (see [`WalReader::read_batch`]; a batch
+/// that feeds them as it reads, [`WalReader::read_batch_feeding`], keeps none and has no
+/// such bound).
 const BATCH: usize = 64;
 
 /// The head of a record whose head is all the replay needs (a heap change, or a record
-/// only its xid matters of), read ahead in a batch.
+/// only its xid matters of): LSNs as plain `XLogRecPtr` values, the record's xid, rmgr and
+/// kind; read ahead in a batch, or handed to the caller as it is read.
 #[derive(Clone, Copy)]
 pub struct LeanHead {
     pub lsn: u64,
@@ -742,13 +745,11 @@ impl WalReader {
     }
 
     /// The next record read ahead in a batch that needs only its head, not yet handed
-    /// out: (start LSN, end LSN, kind, rmid, xid; no top-level xid). [`WalReader::skip_lean`]
-    /// hands it out without filling [`WalReader::rec`].
+    /// out (it has no top-level xid). [`WalReader::skip_lean`] hands it out without
+    /// filling [`WalReader::rec`].
     #[inline]
-    pub fn peek_lean(&self) -> Option<(Lsn, Lsn, RecordKind, u8, u32)> {
-        self.lean
-            .get(self.lean_at)
-            .map(|h| (Lsn(h.lsn), Lsn(h.end_lsn), h.kind, h.rmid, h.xid))
+    pub fn peek_lean(&self) -> Option<LeanHead> {
+        self.lean.get(self.lean_at).copied()
     }
 
     /// Hands out the record [`WalReader::peek_lean`] gave.

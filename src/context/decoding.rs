@@ -11,7 +11,7 @@ use snapbuild_core::{Replay, RestoreResult, TraceRow};
 
 use crate::adapter::raise;
 use crate::adapter::snapfiles::{self, SnapFileError};
-use crate::adapter::wal::{self, WalReader};
+use crate::adapter::wal::{self, LeanHead, WalReader};
 use crate::context::input::ReplayInput;
 
 /// What one turn of the record loop gives: a row (boxed, so that the record loop moves a
@@ -59,9 +59,9 @@ pub struct DecodingContext {
     /// The reader's record was read but not fed yet (it ends after a limit given to
     /// `next_row_upto`).
     pending: bool,
-    /// Records that need only their head are read ahead in batches and fed in a loop of
-    /// their own ([`DecodingContext::read_heads_in_batches`]): for consumers that only
-    /// look at rows (the traces), not at the position after each record.
+    /// Records that need only their head are fed as the reader reads them, under one
+    /// guard per run of them ([`DecodingContext::read_heads_in_batches`]): for consumers
+    /// that only look at rows (the traces), not at the position after each record.
     batch_heads: bool,
     /// The memory context the reader was allocated in (for set-returning functions the
     /// multi-call context): every read runs in it, since per-call contexts are reset.
@@ -97,6 +97,29 @@ pub struct InvalidationWatch {
     /// Records met before it that may have invalidated the slot but whose horizon the
     /// replay does not read: (start, why).
     pub undecided: Vec<(Lsn, String)>,
+}
+
+/// Where the record loop stops: the earlier of the input's end and a call's limit.
+fn bound(end: Option<Lsn>, limit: Option<Lsn>) -> Option<Lsn> {
+    match (end, limit) {
+        (Some(e), Some(l)) => Some(e.min(l)),
+        (e, l) => e.or(l),
+    }
+}
+
+/// Feeds one record that needs only its head and moves the loop's position past it.
+#[inline]
+fn feed_head(
+    replay: &mut Replay,
+    records: &mut u64,
+    last_end: &mut Lsn,
+    last_record: &mut Option<Lsn>,
+    h: &LeanHead,
+) {
+    replay.feed_head_only(h.kind, h.rmid, h.xid, Lsn(h.lsn));
+    *records += 1;
+    *last_end = Lsn(h.end_lsn);
+    *last_record = Some(Lsn(h.lsn));
 }
 
 /// SnapBuildRestore's file access: the `.snap` file for `lsn`, absent, or broken (the
@@ -291,10 +314,7 @@ impl DecodingContext {
         };
         if !std::mem::take(&mut self.pending) {
             // A batch reads no further than the first record past where this loop stops.
-            reader.batch_bound = match (self.input.end, limit) {
-                (Some(e), Some(l)) => e.min(l),
-                (e, l) => e.or(l).unwrap_or(Lsn(u64::MAX)),
-            };
+            reader.batch_bound = bound(self.input.end, limit).unwrap_or(Lsn(u64::MAX));
             let mcx = self.mcx;
             let more =
                 unsafe { pgrx::PgMemoryContexts::For(mcx).switch_to(|_| reader.next_record()) };
@@ -323,19 +343,19 @@ impl DecodingContext {
         let Some(reader) = self.reader.as_mut() else {
             return;
         };
-        let upto = match (self.input.end, limit) {
-            (Some(e), Some(l)) => Some(e.min(l)),
-            (e, l) => e.or(l),
-        };
-        while let Some((lsn, end, kind, rmid, xid)) = reader.peek_lean() {
-            if upto.is_some_and(|u| end > u) {
+        let upto = bound(self.input.end, limit);
+        while let Some(h) = reader.peek_lean() {
+            if upto.is_some_and(|u| h.end_lsn > u.0) {
                 return;
             }
             reader.skip_lean();
-            self.replay.feed_head_only(kind, rmid, xid, lsn);
-            self.records += 1;
-            self.last_end = end;
-            self.last_record = Some(lsn);
+            feed_head(
+                &mut self.replay,
+                &mut self.records,
+                &mut self.last_end,
+                &mut self.last_record,
+                &h,
+            );
         }
     }
 
@@ -351,10 +371,7 @@ impl DecodingContext {
         if !reader.feeding_is_due() {
             return;
         }
-        reader.batch_bound = match (self.input.end, limit) {
-            (Some(e), Some(l)) => e.min(l),
-            (e, l) => e.or(l).unwrap_or(Lsn(u64::MAX)),
-        };
+        reader.batch_bound = bound(self.input.end, limit).unwrap_or(Lsn(u64::MAX));
         pgrx::check_for_interrupts!();
         let replay = &mut self.replay;
         let records = &mut self.records;
@@ -362,20 +379,15 @@ impl DecodingContext {
         let last_record = &mut self.last_record;
         unsafe {
             pgrx::PgMemoryContexts::For(self.mcx).switch_to(|_| {
-                reader.read_batch_feeding(|h| {
-                    replay.feed_head_only(h.kind, h.rmid, h.xid, Lsn(h.lsn));
-                    *records += 1;
-                    *last_end = Lsn(h.end_lsn);
-                    *last_record = Some(Lsn(h.lsn));
-                })
+                reader.read_batch_feeding(|h| feed_head(replay, records, last_end, last_record, h))
             });
         }
     }
 
     /// Reads the records that need only their head (heap changes, records only the xid
-    /// matters of: most records) in batches under one guard, and feeds them in a loop of
-    /// their own: one call of the record loop may then feed many of them before the record
-    /// it returns, so `last_end` and `records` move by more than one record per call. For
+    /// matters of: most records) as the reader reads them, under one guard per run of
+    /// them: one call of the record loop may then feed many of them before the record it
+    /// returns, so `last_end` and `records` move by more than one record per call. For
     /// consumers that only look at rows (the traces); never for those that stop at a
     /// position after any record (slot prediction).
     pub fn read_heads_in_batches(&mut self) {
