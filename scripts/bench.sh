@@ -19,7 +19,10 @@
 #   PGSNAP_BENCH_KEEP=1    leave the cluster running afterwards
 #   PGSNAP_BENCH_REPEAT    runs of the floor (pg_waldump --stats) and of both traces over the
 #                          whole range, interleaved (default 3); each run's trace / floor
-#                          ratios are reported, in wall time and in CPU time
+#                          ratios are reported, in wall time and in CPU time, beside what
+#                          PostgreSQL itself pays for the same output in the same run
+#                          (pg_get_wal_stats: its reader in a backend; the executor's
+#                          tuplestore for the traces' own rows; pg_get_wal_records_info)
 #   PGSNAP_BENCH_BEST_OF   tries of each of the three per run, interleaved (default 3); a run's
 #                          figure is the least (on a shared machine noise only adds time, and
 #                          one query's CPU time varies by a third from try to try)
@@ -163,6 +166,25 @@ proc_peak() {
 
 bench_idle_backend # a fresh backend that ran nothing: the baseline for the backends' figures
 
+# What PostgreSQL itself pays for the traces' output, measured in the runs below beside the
+# floor: its reader inside a backend (pg_walinspect's pg_get_wal_stats: every record read and
+# CRC-checked, a row per rmgr returned), and the executor's tuplestore that every row of a
+# function in FROM goes through (nodeFunctionscan.c), spilling past work_mem. The tuplestore
+# is measured on the traces' own rows, stored once in unlogged tables: a MATERIALIZED CTE
+# over a table (a CTE Scan reads its rows through a tuplestore of work_mem as well) less a
+# plain scan of it. Columns are renamed c1..c32: a table cannot have columns named xmin.
+for t in trace trace_all; do
+    all=false
+    [ "$t" = trace_all ] && all=true
+    say "the rows of snapbuild_trace_range(all_records => $all) in table bench_${t}_rows"
+    q "DROP TABLE IF EXISTS bench_${t}_rows" >/dev/null
+    q "CREATE UNLOGGED TABLE bench_${t}_rows AS SELECT * FROM \
+         snapbuild_trace_range('$START', '$END', all_records => $all) AS t($(seq -s, -f 'c%g' 1 32))" >/dev/null
+    q "VACUUM ANALYZE bench_${t}_rows" >/dev/null
+done
+q "EXPLAIN SELECT count(*) FROM (WITH m AS MATERIALIZED (SELECT * FROM bench_trace_rows) SELECT * FROM m) s" |
+    grep -q 'CTE Scan' || { echo "the CTE over bench_trace_rows was not planned as a CTE Scan" >&2; exit 1; }
+
 for pct in $PCTS; do
     HI=$(q "SELECT '$START'::pg_lsn + round(('$END'::pg_lsn - '$START'::pg_lsn) * $pct / 100)")
     say "range $pct%: [$START, $HI]"
@@ -179,20 +201,31 @@ for pct in $PCTS; do
     sql_peak "trace_all_$pct" "snapbuild_trace_range all_records" "$pct" "$START" "$HI" \
         "snapbuild_trace_range('$START', '$HI', all_records => true)"
 done
-# The floor and both traces again over the whole range, interleaved, so that each run's
-# ratios compare figures taken under the same load: run 1 has the tries above, and each
-# run has BEST_OF tries of each in all.
+# The floor and both traces again over the whole range, interleaved with what PostgreSQL
+# itself pays for the same output, so that each run's ratios compare figures taken under the
+# same load: run 1 has the tries above (floor, traces, pg_get_wal_records_info), and each run
+# has BEST_OF tries of each in all.
 for RUN in $(seq 1 "$REPEAT"); do
-    first=1
-    [ "$RUN" = 1 ] && first=2
-    for try in $(seq "$first" "$BEST_OF"); do
+    for try in $(seq 1 "$BEST_OF"); do
         say "run $RUN of $REPEAT over the whole range, try $try of $BEST_OF"
-        proc_peak "waldump_stats_100" "pg_waldump --stats" 100 "$START" "$END" stats \
-            "$W/waldump-stats-100.txt" "$BIN/pg_waldump" --stats --path "$DATA/pg_wal" --start "$START" --end "$END"
-        sql_peak "trace_100" "snapbuild_trace_range" 100 "$START" "$END" \
-            "snapbuild_trace_range('$START', '$END', all_records => false)"
-        sql_peak "trace_all_100" "snapbuild_trace_range all_records" 100 "$START" "$END" \
-            "snapbuild_trace_range('$START', '$END', all_records => true)"
+        if [ "$RUN" != 1 ] || [ "$try" != 1 ]; then
+            proc_peak "waldump_stats_100" "pg_waldump --stats" 100 "$START" "$END" stats \
+                "$W/waldump-stats-100.txt" "$BIN/pg_waldump" --stats --path "$DATA/pg_wal" --start "$START" --end "$END"
+            sql_peak "trace_100" "snapbuild_trace_range" 100 "$START" "$END" \
+                "snapbuild_trace_range('$START', '$END', all_records => false)"
+            sql_peak "trace_all_100" "snapbuild_trace_range all_records" 100 "$START" "$END" \
+                "snapbuild_trace_range('$START', '$END', all_records => true)"
+            sql_peak "walinspect_100" "pg_get_wal_records_info" 100 "$START" "$END" \
+                "pg_get_wal_records_info('$START', '$END')"
+        fi
+        sql_peak "walstats_100" "pg_get_wal_stats" 100 "$START" "$END" \
+            "pg_get_wal_stats('$START', '$END')"
+        for t in trace trace_all; do
+            sql_peak "${t}_rows_cte_100" "$t rows via a tuplestore (CTE)" 100 "$START" "$END" \
+                "(WITH m AS MATERIALIZED (SELECT * FROM bench_${t}_rows) SELECT * FROM m) AS s"
+            sql_peak "${t}_rows_scan_100" "$t rows from a table scan" 100 "$START" "$END" \
+                "(SELECT * FROM bench_${t}_rows OFFSET 0) AS s"
+        done
     done
 done
 

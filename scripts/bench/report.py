@@ -57,6 +57,52 @@ def read_runs(path, idle_kib):
     return runs
 
 
+# The ids measured in every run over the whole range (scripts/bench.sh, step 3).
+PER_RUN_IDS = ("waldump_stats_100", "trace_100", "trace_all_100", "walinspect_100", "walstats_100",
+               "trace_rows_cte_100", "trace_rows_scan_100",
+               "trace_all_rows_cte_100", "trace_all_rows_scan_100")
+# The issue's goals, trace / floor and all_records / floor.
+GOALS = {"trace": 1.5, "trace_all": 4.0}
+
+
+def postgres_own_costs(best):
+    """Per run and trace, in CPU seconds (the least of the run's tries of each): the part of
+    the trace's time that PostgreSQL itself costs, and what is left for ours.
+
+    reader: pg_get_wal_stats, PostgreSQL's reader reading and CRC-checking every record of the
+    range inside a backend. tuplestore: the trace's own rows through a tuplestore of work_mem
+    (a MATERIALIZED CTE over the table they are stored in, less a plain scan of it), as every
+    row of a function in FROM goes. Their sum is paid by any backend function returning these
+    rows from this WAL; the rest of the trace's time is ours (the replay, forming the rows,
+    the call). The goal leaves goal x floor - (reader + tuplestore) for ours."""
+    out = []
+    for run in sorted({run for (_, run) in best}):
+        cpu = {rid: best[(rid, run)]["cpu_s"] for (rid, r) in best if r == run}
+        for t in ("trace", "trace_all"):
+            need = ("waldump_stats_100", "walstats_100", f"{t}_100",
+                    f"{t}_rows_cte_100", f"{t}_rows_scan_100")
+            if any(not cpu.get(k) for k in need):
+                continue
+            floor, reader, total = cpu["waldump_stats_100"], cpu["walstats_100"], cpu[f"{t}_100"]
+            store = max(cpu[f"{t}_rows_cte_100"] - cpu[f"{t}_rows_scan_100"], 0.0)
+            fixed = reader + store
+            e = {
+                "run": run, "id": f"{t}_100", "floor_cpu_s": floor, "reader_cpu_s": reader,
+                "rows_cte_cpu_s": cpu[f"{t}_rows_cte_100"], "rows_scan_cpu_s": cpu[f"{t}_rows_scan_100"],
+                "tuplestore_cpu_s": round(store, 2), "postgres_cpu_s": round(fixed, 2),
+                "trace_cpu_s": total, "ours_cpu_s": round(total - fixed, 2),
+                "goal": GOALS[t],
+                "goal_leaves_ours_cpu_s": round(GOALS[t] * floor - fixed, 2),
+            }
+            for k in ("reader", "tuplestore", "postgres", "trace", "ours", "goal_leaves_ours"):
+                e[f"{k}_over_floor"] = round(e[f"{k}_cpu_s"] / floor, 2)
+            if t == "trace_all" and cpu.get("walinspect_100"):
+                e["walinspect_cpu_s"] = cpu["walinspect_100"]
+                e["walinspect_over_floor"] = round(cpu["walinspect_100"] / floor, 2)
+            out.append(e)
+    return out
+
+
 def main():
     if len(sys.argv) != 4:
         sys.exit(__doc__)
@@ -76,7 +122,7 @@ def main():
     # ever adds time, to the floor as to the trace).
     best = {}
     for r in runs:
-        if r["range_pct"] != 100 or r["id"] not in ("waldump_stats_100", "trace_100", "trace_all_100"):
+        if r["range_pct"] != 100 or r["id"] not in PER_RUN_IDS:
             continue
         b = best.setdefault((r["id"], r["run"]), {"id": r["id"], "run": r["run"], "rows": r["rows"],
                                                   "wall_s": None, "cpu_s": None, "tries": 0})
@@ -95,6 +141,7 @@ def main():
                 "cpu_s": r["cpu_s"], "floor_cpu_s": f["cpu_s"],
                 "cpu_ratio": round(r["cpu_s"] / f["cpu_s"], 2) if r["cpu_s"] and f["cpu_s"] else None,
             })
+    postgres_own = postgres_own_costs(best)
 
     def ratio(a, b, key):
         ra, rb = by_id.get(a), by_id.get(b)
@@ -165,6 +212,19 @@ def main():
               f"{p['floor_wall_s']:.2f} s = {p['wall_ratio']}x   CPU {p['cpu_s']} s / "
               f"{p['floor_cpu_s']} s = {p['cpu_ratio']}x")
     print()
+    print("each run over the whole range, CPU s as a multiple of the floor: PostgreSQL's part (its reader in")
+    print("a backend, pg_get_wal_stats; the tuplestore every row of a function in FROM goes through,")
+    print("measured on the trace's own rows) and ours (the rest: replay, forming rows, the call), against")
+    print("what the goal leaves for ours:")
+    for e in postgres_own:
+        line = (f"  run {e['run']} {e['id']:14} floor {e['floor_cpu_s']:.2f} s: reader {e['reader_over_floor']}"
+                f" + tuplestore {e['tuplestore_over_floor']} = PostgreSQL {e['postgres_over_floor']};"
+                f" ours {e['ours_over_floor']} (trace {e['trace_over_floor']});"
+                f" the goal {e['goal']}x leaves ours {e['goal_leaves_ours_over_floor']}")
+        if "walinspect_over_floor" in e:
+            line += f"; pg_get_wal_records_info {e['walinspect_over_floor']}"
+        print(line)
+    print()
     print("peak memory, whole range vs a prefix (does it grow with WAL length?):")
     for k, v in growth.items():
         print(f"  {k:40} WAL x{v['wal_bytes_ratio']}: peak RSS {v['peak_rss_delta_mib']:+.1f} MiB, "
@@ -172,7 +232,7 @@ def main():
 
     with open(out_path, "w") as f:
         json.dump({"meta": meta, "runs": runs, "ratios": ratios, "floor_ratios": per_run,
-                   "growth": growth}, f, indent=2)
+                   "postgres_own": postgres_own, "growth": growth}, f, indent=2)
         f.write("\n")
     print(f"\nJSON: {out_path}")
 
