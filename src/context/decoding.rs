@@ -116,7 +116,10 @@ fn feed_head(
     last_record: &mut Option<Lsn>,
     h: &LeanHead,
 ) {
+    #[cfg(not(feature = "ablation-no-lean-feed"))]
     replay.feed_head_only(h.kind, h.rmid, h.xid, Lsn(h.lsn));
+    #[cfg(feature = "ablation-no-lean-feed")]
+    let _ = (replay, std::hint::black_box(h.xid));
     *records += 1;
     *last_end = Lsn(h.end_lsn);
     *last_record = Some(Lsn(h.lsn));

@@ -26,6 +26,11 @@ pub struct RowSlots<'s> {
     nulls: &'s mut [bool],
     /// Bit i set: column i is NULL (columns past 64 are not tracked here).
     mask: u64,
+    /// `ablation-no-rows`: a tuple was formed before, and this row is to be that one again.
+    #[cfg(feature = "ablation-no-rows")]
+    formed_before: bool,
+    #[cfg(feature = "ablation-no-rows")]
+    repeat: bool,
 }
 
 impl RowSlots<'_> {
@@ -48,6 +53,14 @@ impl RowSlots<'_> {
     #[inline(always)]
     pub fn null_mask(&mut self, mask: u64) {
         self.mask = mask;
+    }
+
+    /// `ablation-no-rows` (scripts/bench_ablation.sh): when a tuple was formed before, this
+    /// row is that tuple again, its columns left unput, and true; else false.
+    #[cfg(feature = "ablation-no-rows")]
+    pub fn repeat_last(&mut self) -> bool {
+        self.repeat = self.formed_before;
+        self.repeat
     }
 }
 
@@ -116,25 +129,48 @@ unsafe impl<Columns> BoxRet for TableIterator<'_, Columns> {
             let mut nulls = vec![true; natts];
             let mut former = TupleFormer::new(desc);
             let mut buf = Vec::new();
+            #[cfg(feature = "ablation-no-rows")]
+            let mut last: Option<pg_sys::HeapTupleData> = None;
             let mut row_cx = pgrx::PgMemoryContexts::new("pg_snapbuild row");
             loop {
                 let mut mask = u64::MAX;
+                #[cfg(feature = "ablation-no-rows")]
+                let mut repeat = false;
                 let more = row_cx.switch_to(|_| {
                     let mut slots = RowSlots {
                         values: &mut values,
                         nulls: &mut nulls,
                         mask,
+                        #[cfg(feature = "ablation-no-rows")]
+                        formed_before: last.is_some(),
+                        #[cfg(feature = "ablation-no-rows")]
+                        repeat: false,
                     };
                     let more = (self.next)(&mut slots);
                     mask = slots.mask;
+                    #[cfg(feature = "ablation-no-rows")]
+                    {
+                        repeat = slots.repeat;
+                    }
                     more
                 });
                 if !more {
                     break;
                 }
+                #[cfg(feature = "ablation-no-rows")]
+                if let (true, Some(tuple)) = (repeat, last.as_mut()) {
+                    pg_sys::tuplestore_puttuple(store, tuple);
+                    continue;
+                }
                 // Both copy the row into the store's own memory.
                 match former.form_masked(&values, &nulls, mask, &mut buf) {
-                    Some(mut tuple) => pg_sys::tuplestore_puttuple(store, &mut tuple),
+                    Some(mut tuple) => {
+                        pg_sys::tuplestore_puttuple(store, &mut tuple);
+                        #[cfg(feature = "ablation-no-rows")]
+                        {
+                            last = Some(tuple);
+                        }
+                    }
                     None => pg_sys::tuplestore_putvalues(
                         store,
                         desc,
