@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Where snapbuild_trace_range's time goes, by ablation, on the WAL a kept benchmark cluster
-# holds (run `PGSNAP_BENCH_KEEP=1 ./scripts/bench.sh` first). See README "Benchmark: ablation".
+# holds (run `PGSNAP_BENCH_KEEP=1 ./scripts/bench.sh` first). See README "Benchmark", section
+# "Stop 25: the trace's parts by ablation".
 #
 # It builds the extension (release) four times from the work tree: as it is, and with the
 # cargo features that leave out one part of the trace's work (Cargo.toml `ablation-*`: their
@@ -8,7 +9,8 @@
 #   full          the product
 #   no-rows       every trace row of the same record as the row formed last is that tuple
 #                 again: nothing formed (columns, datums, tuple), the tuplestore gets as many
-#                 rows of the same size
+#                 rows of the same size (on pgbench WAL all but a few dozen rows: only a change
+#                 of record, COMMIT <-> RUNNING_XACTS, forms one)
 #   no-lean-feed  records that need only their head (heap, btree, full-page images: ~85% of
 #                 pgbench WAL) are read but not fed to the replay; commits, RUNNING_XACTS and
 #                 the rest still are (their transactions are then unknown to the replay, so
@@ -22,7 +24,9 @@
 # (scripts/bench/report_ablation.py) gives each one's least, median and mean CPU, each as a
 # multiple of the same try's floor, and the parts' costs as paired differences.
 #
-# The installed pg_snapbuild.so of the benchmark's tree (.work/bench/pg) is put back at the end.
+# The installed pg_snapbuild.so of the benchmark's tree (.work/bench/pg) is put back at the end
+# (scripts/bench.sh copies that tree afresh on every run anyway). A cluster found running is
+# left running; one it starts, it stops.
 #
 # Environment:
 #   PGSNAP_BENCH_MAJOR      the benchmark tree's major (default 18)
@@ -82,7 +86,12 @@ for v in "${VARIANTS[@]}"; do
 done
 
 # ---- 2. the kept cluster ---------------------------------------------------------------------
-bench_start_kept_cluster
+if as_pg "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
+    say "kept cluster in $DATA on port $PORT, already running (left running)"
+    KEEP=1
+else
+    bench_start_kept_cluster
+fi
 trap restore EXIT
 START=$(awk -F'\t' '$1 == "start_lsn" { print $2 }' "$META")
 END=$(awk -F'\t' '$1 == "end_lsn" { print $2 }' "$META")

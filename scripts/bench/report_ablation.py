@@ -12,6 +12,7 @@ try, then the median over the tries:
   PostgreSQL's part  pg_get_wal_stats + (rows_cte - rows_scan)
   forming rows       trace_full - trace_no-rows
   lean feed          trace_full - trace_no-lean-feed
+  feed and rows      trace_full - trace_neither (both at once: the two above do not add up)
   ours               trace_full - PostgreSQL's part
   rest of ours       trace_neither - PostgreSQL's part (the commit path, the record loop)
 """
@@ -55,6 +56,7 @@ def main(runs_path, out_path):
         "tuplestore": lambda t: t["rows_cte"] - t["rows_scan"],
         "forming_rows": lambda t: t["trace_full"] - t["trace_no-rows"],
         "lean_feed": lambda t: t["trace_full"] - t["trace_no-lean-feed"],
+        "feed_and_rows": lambda t: t["trace_full"] - t["trace_neither"],
         "ours": lambda t: t["trace_full"] - t["pg_get_wal_stats"] - t["rows_cte"] + t["rows_scan"],
         "rest_of_ours": lambda t: t["trace_neither"] - t["pg_get_wal_stats"] - t["rows_cte"] + t["rows_scan"],
     }

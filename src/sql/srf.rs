@@ -160,6 +160,9 @@ unsafe impl<Columns> BoxRet for TableIterator<'_, Columns> {
                 #[cfg(feature = "ablation-no-rows")]
                 if let (true, Some(tuple)) = (repeat, last.as_mut()) {
                     pg_sys::tuplestore_puttuple(store, tuple);
+                    if !(*row_cx.value()).isReset {
+                        row_cx.reset();
+                    }
                     continue;
                 }
                 // Both copy the row into the store's own memory.
