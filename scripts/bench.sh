@@ -170,24 +170,14 @@ bench_idle_backend # a fresh backend that ran nothing: the baseline for the back
 # floor: its reader inside a backend (pg_walinspect's pg_get_wal_stats: every record read and
 # CRC-checked, a row per rmgr returned), and the executor's tuplestore that every row of a
 # function in FROM goes through (nodeFunctionscan.c), spilling past work_mem. The tuplestore
-# is measured on the traces' own rows, stored once in unlogged tables: a MATERIALIZED CTE
-# over a table (a CTE Scan reads its rows through a tuplestore of work_mem as well) less a
-# plain scan of it. Columns are renamed c1..cN (as many as the function returns, read from
-# pg_proc): a table cannot have columns named xmin.
-rows_cte() { echo "(WITH m AS MATERIALIZED (SELECT * FROM bench_$1_rows) SELECT * FROM m) AS s"; }
-rows_scan() { echo "(SELECT * FROM bench_$1_rows OFFSET 0) AS s"; }
-ncols=$(q "SELECT count(*) FROM pg_proc p, unnest(p.proargmodes) AS m
-           WHERE p.proname = 'snapbuild_trace_range' AND m = 't'")
+# is measured on the traces' own rows, stored once in unlogged tables (scripts/bench/common.sh
+# bench_store_rows): a MATERIALIZED CTE over a table less a plain scan of it.
 for t in trace trace_all; do
     all=false
     [ "$t" = trace_all ] && all=true
     say "the rows of snapbuild_trace_range(all_records => $all) in table bench_${t}_rows"
-    q "DROP TABLE IF EXISTS bench_${t}_rows" >/dev/null
-    q "CREATE UNLOGGED TABLE bench_${t}_rows AS SELECT * FROM \
-         snapbuild_trace_range('$START', '$END', all_records => $all) AS t($(seq -s, -f 'c%g' 1 "$ncols"))" >/dev/null
-    q "VACUUM ANALYZE bench_${t}_rows" >/dev/null
-    q "EXPLAIN SELECT count(*) FROM $(rows_cte "$t")" | grep -q 'CTE Scan' ||
-        { echo "the CTE over bench_${t}_rows was not planned as a CTE Scan" >&2; exit 1; }
+    bench_store_rows "$t" "$all" "$START" "$END"
+    bench_check_cte "$t"
 done
 
 for pct in $PCTS; do
@@ -226,8 +216,8 @@ for RUN in $(seq 1 "$REPEAT"); do
         sql_peak "walstats_100" "pg_get_wal_stats" 100 "$START" "$END" \
             "pg_get_wal_stats('$START', '$END')"
         for t in trace trace_all; do
-            sql_peak "${t}_rows_cte_100" "$t rows via a tuplestore (CTE)" 100 "$START" "$END" "$(rows_cte "$t")"
-            sql_peak "${t}_rows_scan_100" "$t rows from a table scan" 100 "$START" "$END" "$(rows_scan "$t")"
+            sql_peak "${t}_rows_cte_100" "$t rows via a tuplestore (CTE)" 100 "$START" "$END" "$(bench_rows_cte "$t")"
+            sql_peak "${t}_rows_scan_100" "$t rows from a table scan" 100 "$START" "$END" "$(bench_rows_scan "$t")"
         done
     done
 done

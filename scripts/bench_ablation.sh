@@ -96,19 +96,14 @@ trap restore EXIT
 START=$(awk -F'\t' '$1 == "start_lsn" { print $2 }' "$META")
 END=$(awk -F'\t' '$1 == "end_lsn" { print $2 }' "$META")
 say "range [$START, $END]: $(lsn_diff "$START" "$END") bytes of WAL"
-ncols=$(q "SELECT count(*) FROM pg_proc p, unnest(p.proargmodes) AS m
-           WHERE p.proname = 'snapbuild_trace_range' AND m = 't'")
 if [ "$(q "SELECT to_regclass('bench_trace_rows') IS NOT NULL")" != t ]; then
     say "the rows of snapbuild_trace_range in table bench_trace_rows"
     install_so "$A/full.so"
-    q "CREATE UNLOGGED TABLE bench_trace_rows AS SELECT * FROM \
-         snapbuild_trace_range('$START', '$END') AS t($(seq -s, -f 'c%g' 1 "$ncols"))" >/dev/null
-    q "VACUUM ANALYZE bench_trace_rows" >/dev/null
+    bench_store_rows trace false "$START" "$END"
 fi
-CTE="(WITH m AS MATERIALIZED (SELECT * FROM bench_trace_rows) SELECT * FROM m) AS s"
-SCAN="(SELECT * FROM bench_trace_rows OFFSET 0) AS s"
-q "EXPLAIN SELECT count(*) FROM $CTE" | grep -q 'CTE Scan' ||
-    { echo "the CTE over bench_trace_rows was not planned as a CTE Scan" >&2; exit 1; }
+bench_check_cte trace
+CTE=$(bench_rows_cte trace)
+SCAN=$(bench_rows_scan trace)
 
 # backend_cpu QUERY: "rows cpu_s" of SELECT count(*) FROM QUERY on a fresh connection (the
 # backend's utime + stime from /proc/<pid>/stat around the statement).

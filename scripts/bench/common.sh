@@ -1,5 +1,5 @@
 # shellcheck shell=bash disable=SC2034 # sets variables for the scripts that source it
-# The part scripts/bench.sh and scripts/bench_visibility.sh share: the layout of their
+# The part scripts/bench.sh, scripts/bench_ablation.sh and scripts/bench_visibility.sh share: the layout of their
 # directory, the helpers, the private copy of the PostgreSQL tree (with the optional release
 # build), the throw-away cluster, the idle backend's baseline and the psql session that samples
 # a backend's memory. Sourced by them, not run: sourcing it sets the variables below and
@@ -52,6 +52,13 @@
 #                        every 5 ms, then runs the script on stdin. That script must end the
 #                        sampling (touch "$BENCH_SAMPLES/stop", then wait for
 #                        "$BENCH_SAMPLES/peaks"); prints psql's output
+#   bench_store_rows T ALL START END
+#                        the rows of snapbuild_trace_range(START, END, all_records => ALL) in
+#                        the unlogged table bench_T_rows (columns c1..cN), made anew
+#   bench_rows_cte T     a FROM item reading bench_T_rows through a MATERIALIZED CTE (a CTE
+#                        Scan reads its rows through a tuplestore of work_mem, as a function
+#                        in FROM does); bench_check_cte T fails unless it is planned so
+#   bench_rows_scan T    a FROM item reading bench_T_rows with a plain scan
 for v in ROOT MAJOR PORT W W_LABEL; do
     [ -n "${!v:-}" ] || { echo "scripts/bench/common.sh: set $v before sourcing it" >&2; exit 2; }
 done
@@ -179,4 +186,23 @@ SELECT pg_backend_pid() AS pid \gset
 SQL
         cat
     } | psql -X -q -At -v ON_ERROR_STOP=1 -v "query=$1"
+}
+
+# The traces' own rows, stored once, to measure the executor's tuplestore on them: count(*)
+# over bench_rows_cte less count(*) over bench_rows_scan. Columns are renamed c1..cN (as many
+# as the function returns, read from pg_proc): a table cannot have columns named xmin.
+bench_store_rows() { # T ALL START END
+    local ncols
+    ncols=$(q "SELECT count(*) FROM pg_proc p, unnest(p.proargmodes) AS m
+               WHERE p.proname = 'snapbuild_trace_range' AND m = 't'")
+    q "DROP TABLE IF EXISTS bench_$1_rows" >/dev/null
+    q "CREATE UNLOGGED TABLE bench_$1_rows AS SELECT * FROM \
+         snapbuild_trace_range('$3', '$4', all_records => $2) AS t($(seq -s, -f 'c%g' 1 "$ncols"))" >/dev/null
+    q "VACUUM ANALYZE bench_$1_rows" >/dev/null
+}
+bench_rows_cte() { echo "(WITH m AS MATERIALIZED (SELECT * FROM bench_$1_rows) SELECT * FROM m) AS s"; }
+bench_rows_scan() { echo "(SELECT * FROM bench_$1_rows OFFSET 0) AS s"; }
+bench_check_cte() { # T
+    q "EXPLAIN SELECT count(*) FROM $(bench_rows_cte "$1")" | grep -q 'CTE Scan' ||
+        { echo "the CTE over bench_$1_rows was not planned as a CTE Scan" >&2; exit 1; }
 }

@@ -51,14 +51,20 @@ def main(runs_path, out_path):
                 "median": round(statistics.median(values), 2),
                 "mean": round(statistics.mean(values), 2)}
 
+    def tuplestore(t):
+        return t["rows_cte"] - t["rows_scan"]
+
+    def postgres_part(t):
+        return t["pg_get_wal_stats"] + tuplestore(t)
+
     derived = {
-        "postgres_part": lambda t: t["pg_get_wal_stats"] + t["rows_cte"] - t["rows_scan"],
-        "tuplestore": lambda t: t["rows_cte"] - t["rows_scan"],
+        "postgres_part": postgres_part,
+        "tuplestore": tuplestore,
         "forming_rows": lambda t: t["trace_full"] - t["trace_no-rows"],
         "lean_feed": lambda t: t["trace_full"] - t["trace_no-lean-feed"],
         "feed_and_rows": lambda t: t["trace_full"] - t["trace_neither"],
-        "ours": lambda t: t["trace_full"] - t["pg_get_wal_stats"] - t["rows_cte"] + t["rows_scan"],
-        "rest_of_ours": lambda t: t["trace_neither"] - t["pg_get_wal_stats"] - t["rows_cte"] + t["rows_scan"],
+        "ours": lambda t: t["trace_full"] - postgres_part(t),
+        "rest_of_ours": lambda t: t["trace_neither"] - postgres_part(t),
     }
     result = {"tries": len(tries), "goal": GOAL, "row_counts": counts, "measured": {}, "parts": {}}
     print(f"{len(tries)} interleaved tries; CPU s (least / median / mean) and x the same try's floor (median)")
@@ -78,7 +84,7 @@ def main(runs_path, out_path):
                                  "x_floor_each": [round(v, 2) for v in x]}
         print(f"  {name:32} {statistics.median(each):6.2f} s  {statistics.median(x):5.2f} x floor"
               f"   each: {' '.join(f'{v:.2f}' for v in x)}")
-    leaves = [GOAL - derived["postgres_part"](t) / t["floor"] for t in tries]
+    leaves = [GOAL - postgres_part(t) / t["floor"] for t in tries]
     result["goal_leaves_ours_x_floor_median"] = round(statistics.median(leaves), 2)
     result["tries_under_goal"] = {i: sum(1 for t in tries if t[i] / t["floor"] <= GOAL) for i in traces}
     print(f"\nthe {GOAL}x goal leaves ours {statistics.median(leaves):.2f} x floor (median);"

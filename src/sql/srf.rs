@@ -158,28 +158,32 @@ unsafe impl<Columns> BoxRet for TableIterator<'_, Columns> {
                     break;
                 }
                 #[cfg(feature = "ablation-no-rows")]
-                if let (true, Some(tuple)) = (repeat, last.as_mut()) {
-                    pg_sys::tuplestore_puttuple(store, tuple);
-                    if !(*row_cx.value()).isReset {
-                        row_cx.reset();
+                let repeated = match (repeat, last.as_mut()) {
+                    (true, Some(tuple)) => {
+                        pg_sys::tuplestore_puttuple(store, tuple);
+                        true
                     }
-                    continue;
-                }
-                // Both copy the row into the store's own memory.
-                match former.form_masked(&values, &nulls, mask, &mut buf) {
-                    Some(mut tuple) => {
-                        pg_sys::tuplestore_puttuple(store, &mut tuple);
-                        #[cfg(feature = "ablation-no-rows")]
-                        {
-                            last = Some(tuple);
+                    _ => false,
+                };
+                #[cfg(not(feature = "ablation-no-rows"))]
+                let repeated = false;
+                if !repeated {
+                    // Both copy the row into the store's own memory.
+                    match former.form_masked(&values, &nulls, mask, &mut buf) {
+                        Some(mut tuple) => {
+                            pg_sys::tuplestore_puttuple(store, &mut tuple);
+                            #[cfg(feature = "ablation-no-rows")]
+                            {
+                                last = Some(tuple);
+                            }
                         }
+                        None => pg_sys::tuplestore_putvalues(
+                            store,
+                            desc,
+                            values.as_mut_ptr(),
+                            nulls.as_mut_ptr(),
+                        ),
                     }
-                    None => pg_sys::tuplestore_putvalues(
-                        store,
-                        desc,
-                        values.as_mut_ptr(),
-                        nulls.as_mut_ptr(),
-                    ),
                 }
                 // Most rows allocate nothing (their texts are shared datums): no reset then.
                 if !(*row_cx.value()).isReset {
