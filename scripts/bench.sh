@@ -35,7 +35,7 @@ WAL_MB=${PGSNAP_BENCH_WAL_MB:-1100}
 CLIENTS=${PGSNAP_BENCH_CLIENTS:-8}
 PCTS=${PGSNAP_BENCH_PCTS:-10 50 100}
 # What scripts/bench/common.sh takes; it sets RELEASE, KEEP, DATA, SOCK, LOG, RUNS, META,
-# HELPERS and BIN, and defines the helpers.
+# BENCH_LIB and BIN, and defines the shared functions.
 MAJOR=${PGSNAP_BENCH_MAJOR:-18}
 PORT=${PGSNAP_BENCH_PORT:-55430}
 W_LABEL=.work/bench
@@ -116,7 +116,7 @@ fi
 # One line per measurement in $RUNS (read by scripts/bench/report.py):
 #   id tool pct lo hi wal_bytes rows wall_s peak_rss_kib peak_anon_kib kind run cpu_s
 : >"$RUNS"
-export BENCH_HELPERS=$HELPERS BENCH_SAMPLES=$W/samples
+export BENCH_LIB_DIR=$BENCH_LIB BENCH_SAMPLES=$W/samples
 RUN=1
 record_run() { # ID TOOL PCT LO HI ROWS SECS PEAK_KIB ANON_KIB KIND CPU_SECS
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
@@ -159,7 +159,7 @@ SQL
 proc_peak() {
     local id=$1 tool=$2 pct=$3 lo=$4 hi=$5 rows=$6 outfile=$7 secs kib anon cpu
     shift 7
-    read -r secs kib anon cpu <<<"$(python3 "$HELPERS/rusage.py" "$outfile" "${WAL_READER[@]}" "$@")"
+    read -r secs kib anon cpu <<<"$(python3 "$BENCH_LIB/rusage.py" "$outfile" "${WAL_READER[@]}" "$@")"
     if [ "$rows" = stats ]; then rows=$(awk '$1 == "Total" { print $2; exit }' "$outfile"); fi
     record_run "$id" "$tool" "$pct" "$lo" "$hi" "$rows" "$secs" "$kib" "$anon" process "$cpu"
 }
@@ -233,4 +233,4 @@ done
     printf 'work_mem\t%s\nshared_buffers\t%s\n' "$(q "SHOW work_mem")" "$(q "SHOW shared_buffers")"
 } >"$META"
 echo
-python3 "$HELPERS/report.py" "$RUNS" "$META" "$W/result.json"
+python3 "$BENCH_LIB/report.py" "$RUNS" "$META" "$W/result.json"

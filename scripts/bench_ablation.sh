@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where snapbuild_trace_range's time goes, by ablation, on the WAL a kept benchmark cluster
-# holds (run `PGSNAP_BENCH_KEEP=1 ./scripts/bench.sh` first). See README "Benchmark", section
-# "Stop 25: the trace's parts by ablation".
+# holds (run `PGSNAP_BENCH_KEEP=1 ./scripts/bench.sh` first). See docs/benchmarks.md, "The
+# trace's parts, by ablation".
 #
 # It builds the extension (release) four times from the work tree: as it is, and with the
 # cargo features that leave out one part of the trace's work (Cargo.toml `ablation-*`: their
@@ -129,7 +129,7 @@ WAL_READER=()
 case $(id -un) in root | postgres) ;; *) WAL_READER=(sudo -n -u postgres --) ;; esac
 for try in $(seq 1 "$TRIES"); do
     say "try $try of $TRIES"
-    read -r _ _ _ cpu <<<"$(python3 "$HELPERS/rusage.py" "$A/waldump-stats.txt" "${WAL_READER[@]}" \
+    read -r _ _ _ cpu <<<"$(python3 "$BENCH_LIB/rusage.py" "$A/waldump-stats.txt" "${WAL_READER[@]}" \
         "$BIN/pg_waldump" --stats --path "$DATA/pg_wal" --start "$START" --end "$END")"
     row "$try" floor "$(awk '$1 == "Total" { print $2; exit }' "$A/waldump-stats.txt")" "$cpu"
     n=$(backend_cpu "pg_get_wal_stats('$START', '$END')")
@@ -145,4 +145,4 @@ for try in $(seq 1 "$TRIES"); do
     done
 done
 echo
-python3 "$HELPERS/report_ablation.py" "$OUT" "$A/result.json"
+python3 "$BENCH_LIB/report_ablation.py" "$OUT" "$A/result.json"

@@ -97,7 +97,7 @@ TRACE_BYTES=$(lsn_diff "$START" "$END")
 say "snapbuild_trace_range over the range: $TRACE_S s ($(python3 -c "print(f'{$TRACE_BYTES / 1048576 / $TRACE_S:.0f}')") MiB/s)"
 
 # ---- scrapes: one monitoring session, sampled --------------------------------------------
-export BENCH_HELPERS=$HELPERS BENCH_SAMPLES=$W/samples
+export BENCH_LIB_DIR=$BENCH_LIB BENCH_SAMPLES=$W/samples
 q "CREATE TABLE IF NOT EXISTS health_pad (t text)" >/dev/null
 {
     echo "SELECT extract(epoch FROM clock_timestamp()) AS t0 \\gset"

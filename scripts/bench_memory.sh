@@ -89,7 +89,7 @@ INSERT INTO bench_bulk SELECT g, repeat('x', 200) FROM generate_series(1, 2000) 
 EOF
 : >"$W/pgbench-run.log"
 : >"$RUNS"
-export BENCH_HELPERS=$HELPERS BENCH_SAMPLES=$W/samples
+export BENCH_LIB_DIR=$BENCH_LIB BENCH_SAMPLES=$W/samples
 bench_idle_backend
 
 # measure SIZE ID TOOL QUERY: a fresh connection runs SELECT bench_try(QUERY) sampled by

@@ -30,7 +30,7 @@ MIN_ROWS=${PGSNAP_BENCH_VIS_MIN_ROWS:-1000000}
 REPS=${PGSNAP_BENCH_VIS_REPS:-5}
 SLOT=bench_vis
 # What scripts/bench/common.sh takes; it sets RELEASE, KEEP, DATA, SOCK, LOG, RUNS, META,
-# HELPERS and BIN, and defines the helpers.
+# BENCH_LIB and BIN, and defines the shared functions.
 MAJOR=${PGSNAP_BENCH_VIS_MAJOR:-18}
 PORT=${PGSNAP_BENCH_VIS_PORT:-55431}
 W_LABEL=.work/bench-vis
@@ -101,7 +101,7 @@ q "SELECT count(*) FROM snapbuild_visibility('pg_attribute', '$SLOT', verdicts =
 # ---- 3. measurements ----------------------------------------------------------------------
 # One line per run in $RUNS: id mode rep rows agrees server_visible wall_s cpu_s vmhwm_kib anon_kib
 : >"$RUNS"
-export BENCH_HELPERS=$HELPERS BENCH_SAMPLES=$W/samples
+export BENCH_LIB_DIR=$BENCH_LIB BENCH_SAMPLES=$W/samples
 # run_one ID MODE REP QUERY: QUERY (returns n, agree, vis) on a fresh connection. Wall time:
 # the server's clock around the statement; CPU time: the backend's utime + stime
 # (/proc/<pid>/stat) around it, which other load on the machine disturbs less. Peak RSS:
@@ -162,4 +162,4 @@ q "SELECT coalesce(rust_branch, '?') || E'\t' || count(*) FROM snapbuild_visibil
     printf 'shared_buffers\t%s\n' "$(q "SHOW shared_buffers")"
 } >"$META"
 echo
-python3 "$HELPERS/report_visibility.py" "$RUNS" "$META" "$W/branches.tsv" "$W/result.json"
+python3 "$BENCH_LIB/report_visibility.py" "$RUNS" "$META" "$W/branches.tsv" "$W/result.json"

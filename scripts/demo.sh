@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# README command 1: create a logical slot on PostgreSQL 18 while other sessions hold transactions
+# The demo (README, "Two commands"): create a logical slot on PostgreSQL 18 while other sessions hold transactions
 # open, so that the snapshot builder goes START -> BUILDING -> FULL -> CONSISTENT (branches c-1,
 # c-2, c-3); while it hangs, snapbuild_diagnose names the sessions it waits for, and the creation
 # finishes once they commit. Then decode a little so .snap files exist, and show pg_snapbuild's
-# verdicts beside the server's own LOG lines. Safe to re-run. Leaves the cluster running (scripts/cluster.sh stop 18).
+# verdicts beside the server's own LOG lines. Safe to re-run. Leaves the cluster running
+# (`scripts/cluster.sh stop MAJOR` with MAJOR=18 stops it).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 D=$ROOT/.work/demo
-PGSNAP_MAJORS=18 "$ROOT/scripts/setup.sh"   # builds and installs only what the demo runs
-"$ROOT/scripts/cluster.sh" start 18
-eval "$("$ROOT/scripts/cluster.sh" env 18)"
+MAJOR=18
+PGSNAP_MAJORS=$MAJOR "$ROOT/scripts/setup.sh"   # builds and installs only what the demo runs
+"$ROOT/scripts/cluster.sh" start "$MAJOR"
+eval "$("$ROOT/scripts/cluster.sh" env "$MAJOR")"
 rm -rf "$D"; mkdir -p "$D"
 
 say() { printf '==> %s\n' "$*"; }
@@ -132,4 +134,4 @@ show "the server's own reading of the same files (pg_logicalinspect)" \
 echo; say "server LOG lines during slot creation"; show_log "$OFF" $((OFF2 - OFF))
 echo; say "server LOG lines during pg_logical_slot_get_changes"; show_log "$OFF2"
 echo
-say "cluster left running: eval \"\$(scripts/cluster.sh env 18)\"; psql   --   stop: scripts/cluster.sh stop 18"
+say "cluster left running: eval \"\$(scripts/cluster.sh env $MAJOR)\"; psql   --   to stop it: scripts/cluster.sh stop $MAJOR"

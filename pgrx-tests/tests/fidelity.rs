@@ -1,11 +1,11 @@
-//! Fidelity checks against the server (issue 9): shapes where the trace once said
-//! `agrees = t` wrongly, predicted wrongly or failed, each compared with what the server
-//! itself did or wrote.
+//! Fidelity checks against the server: shapes where a replay can easily say `agrees = t`
+//! wrongly, predict wrongly or fail, each compared with what the server itself did or
+//! wrote.
 //!
 //! - f1: a transactional logical message emitted in another database, open across
 //!   RUNNING_XACTS: the server gives that transaction no base snapshot, so the slot's
 //!   catalog_xmin after `pg_logical_slot_get_changes` is what `snapbuild_slot_prediction`
-//!   said (it once predicted one lower).
+//!   said (not one lower).
 //! - f2: a replay from a position after which no complete record has been flushed is
 //!   answered with its first row, not SQLSTATE 22023.
 //! - f3: a `.snap` file the server wrote, with a wrong xmax injected (a writer-dependent
@@ -24,7 +24,7 @@
 //!   transaction is open (c-1 … c-3), and each LOG-level builder row of the trace agrees from
 //!   the creating backend's own line (`server log: pid P`), read from the collector's file.
 //!
-//! The overflowed-subtransaction shape of the same issue is scenario c2
+//! The overflowed-subtransaction shape of the same family is scenario c2
 //! (`tests/scenarios.rs`).
 
 use pg_snapbuild_tests::*;
@@ -623,7 +623,7 @@ fn rows_naming_anywhere<'a>(rows: &'a [TraceRow], e: &LogEntry) -> Vec<&'a Trace
         .collect()
 }
 
-/// f7 (issue 13): every builder line the server wrote for a traced range, LOG and DEBUG1
+/// f7: every builder line the server wrote for a traced range, LOG and DEBUG1
 /// (log_min_messages = debug1), is matched to exactly one row, labelled by pid and time,
 /// across several decoders passing the same records, and every row whose record a decoder
 /// that started as the replay did logged has `agrees = t` from that line.
@@ -1019,7 +1019,7 @@ fn create_until(
     None
 }
 
-/// f8 (issue 13): the DEBUG1 pre-filter skip, forced. A slot's creation skips a
+/// f8: the DEBUG1 pre-filter skip, forced. A slot's creation skips a
 /// RUNNING_XACTS when a transaction it lists ends before the creating backend computes
 /// its xmin horizon (between them it flushes that record: with fsync = on and clients
 /// committing short transactions it happens often). At log_min_messages = debug1 the
@@ -1217,7 +1217,7 @@ fn commit_with_subtransactions(env: &Env, tag: &str) -> (u64, Vec<u64>, (u64, u6
     (top, subs, (from, to))
 }
 
-/// f9 (issue 13): the DEBUG1 lines that name no record LSN of their own. A transaction
+/// f9: the DEBUG1 lines that name no record LSN of their own. A transaction
 /// with three subtransactions, two of them creating a table, commits after a slot's
 /// creation; standby snapshots follow; `pg_logical_slot_get_changes` decodes it all in one
 /// backend; the replay starts where that decoder did (`snapbuild_trace_range` from the

@@ -36,7 +36,7 @@ fn has(e: &Emitted, kind: &str, xid: u64) -> bool {
     e.contains(&(kind.to_string(), xid))
 }
 
-/// Runs `f`; a panic (a failed assertion of a shared helper) becomes a collected failure.
+/// Runs `f`; a panic (a failed assertion in the shared test code) becomes a collected failure.
 fn soft<T>(fails: &mut Failures, what: &str, f: impl FnOnce() -> T) -> Option<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => Some(v),
@@ -950,7 +950,7 @@ fn b_catalog_change_across_serialization_point() {
     );
 }
 
-/// Issue 9.1: the catalog change is spread over 70 subtransactions, so the RUNNING_XACTS
+/// The catalog change is spread over 70 subtransactions, so the RUNNING_XACTS
 /// at the restart point lists only s0's top-level xid. On 14/15 the restarted server
 /// flags every subxact of s0's commit record (SnapBuildXidSetCatalogChanges); its later
 /// .snap files hold all 71 xids as committed, and the trace must agree with them.

@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2034 # sets variables for the scripts that source it
 # The part scripts/bench.sh, scripts/bench_ablation.sh and scripts/bench_visibility.sh share: the layout of their
-# directory, the helpers, the private copy of the PostgreSQL tree (with the optional release
+# directory, the Python tools in scripts/bench, the private copy of the PostgreSQL tree (with the optional release
 # build), the throw-away cluster, the idle backend's baseline and the psql session that samples
 # a backend's memory. Sourced by them, not run: sourcing it sets the variables below and
 # defines the functions, nothing else.
@@ -19,7 +19,7 @@
 #   DATA     $W/data, the cluster's data directory; SOCK $W/sock, its unix_socket_directories;
 #            LOG $W/server.log, its server log
 #   RUNS     $W/runs.tsv, one line per measurement; META $W/meta.tsv, the run's facts
-#   HELPERS  $ROOT/scripts/bench (report.py, sample.py, ...)
+#   BENCH_LIB  $ROOT/scripts/bench (report.py, sample.py, ...)
 #   BIN      $ROOT/.pg/$MAJOR/bin; bench_copy_tree points it at the copy, $W/pg/bin
 #
 # Functions:
@@ -45,7 +45,7 @@
 #   bench_start_kept_cluster
 #                        starts the cluster a previous run left in DATA (PGSNAP_BENCH_KEEP=1)
 #   bench_sampled_psql QUERY
-#                        a psql session (the caller exports BENCH_HELPERS=$HELPERS and
+#                        a psql session (the caller exports BENCH_LIB_DIR=$BENCH_LIB and
 #                        BENCH_SAMPLES, a scratch directory) with :query set to QUERY, on a
 #                        fresh connection: it sets :pid and BENCH_PID to the backend's pid and
 #                        starts scripts/bench/sample.py, which samples the backend's RssAnon
@@ -71,7 +71,7 @@ SOCK=$W/sock
 LOG=$W/server.log
 RUNS=$W/runs.tsv
 META=$W/meta.tsv
-HELPERS=$ROOT/scripts/bench
+BENCH_LIB=$ROOT/scripts/bench
 BIN=$ROOT/.pg/$MAJOR/bin
 
 say() { printf '==> %s\n' "$*"; }
@@ -182,7 +182,7 @@ bench_sampled_psql() {
         cat <<'SQL'
 SELECT pg_backend_pid() AS pid \gset
 \setenv BENCH_PID :pid
-\! python3 "$BENCH_HELPERS/sample.py" "$BENCH_PID" "$BENCH_SAMPLES" >/dev/null & i=0; while [ ! -e "$BENCH_SAMPLES/ready" ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done
+\! python3 "$BENCH_LIB_DIR/sample.py" "$BENCH_PID" "$BENCH_SAMPLES" >/dev/null & i=0; while [ ! -e "$BENCH_SAMPLES/ready" ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done
 SQL
         cat
     } | psql -X -q -At -v ON_ERROR_STOP=1 -v "query=$1"

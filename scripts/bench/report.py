@@ -61,7 +61,7 @@ def read_runs(path, idle_kib):
 PER_RUN_IDS = ("waldump_stats_100", "trace_100", "trace_all_100", "walinspect_100", "walstats_100",
                "trace_rows_cte_100", "trace_rows_scan_100",
                "trace_all_rows_cte_100", "trace_all_rows_scan_100")
-# The goals, trace / floor and all_records / floor.
+# The goals, trace / floor and all_records / floor (docs/benchmarks.md).
 GOALS = {"trace": 1.5, "trace_all": 4.0}
 
 

@@ -20,7 +20,7 @@ import json
 import statistics
 import sys
 
-GOAL = 1.5  # issue 12: snapbuild_trace_range <= 1.5 x the floor
+GOAL = 1.5  # the goal: snapbuild_trace_range <= 1.5 x the floor (docs/benchmarks.md)
 
 
 def main(runs_path, out_path):

@@ -1304,7 +1304,7 @@ mod tests {
     }
 
     /// A hard difference stays false even when the committed list would be explained by
-    /// a purge (review finding: it once became NULL).
+    /// a purge (not NULL).
     #[test]
     fn hard_difference_beats_an_explained_committed_list() {
         let mut row = serialize_row();
