@@ -217,6 +217,43 @@ pub fn server_now() -> ServerNow {
     })
 }
 
+/// Those of `xids` the server knows to be in progress (procarray.c
+/// TransactionIdIsInProgress, as `pg_xact_status` asks it). On a standby this is what the
+/// standby has replayed of the primary: its KnownAssignedXids, from the primary's WAL
+/// and RUNNING_XACTS records; on a primary, its own sessions and prepared transactions.
+/// Takes ProcArrayLock in shared mode once per xid; read-only.
+pub fn in_progress(xids: &[TransactionId]) -> Vec<TransactionId> {
+    xids.iter()
+        .copied()
+        .filter(|&x| {
+            snapbuild_core::include::transam::is_normal(x)
+                // SAFETY: a plain lookup in shared memory under its own lock; it errors
+                // only on out-of-memory, which ereports like any palloc.
+                && unsafe { pg_sys::TransactionIdIsInProgress(pg_sys::TransactionId::from(x)) }
+        })
+        .collect()
+}
+
+/// On a standby: the primary's xids its snapshot lists as running (a snapshot taken in
+/// recovery holds them all, top-level and subtransactions alike, in `subxip`, from
+/// KnownAssignedXids, up to its xmax). Empty on a primary (pg_current_snapshot's xip
+/// serves there).
+pub fn standby_snapshot_xids() -> Vec<TransactionId> {
+    // SAFETY: GetLatestSnapshot returns the backend's static secondary snapshot, valid
+    // until the next call; it is only read here.
+    unsafe {
+        let snap = pg_sys::GetLatestSnapshot();
+        if snap.is_null() || !(*snap).takenDuringRecovery || (*snap).subxip.is_null() {
+            return Vec::new();
+        }
+        let n = usize::try_from((*snap).subxcnt).unwrap_or(0);
+        std::slice::from_raw_parts((*snap).subxip, n)
+            .iter()
+            .map(|x| x.into_inner())
+            .collect()
+    }
+}
+
 /// Every xmin horizon of the cluster but slot `slot`'s own and the calling backend's
 /// (procarray.c ComputeXidHorizons' inputs as the views show them): other slots' xmin
 /// and catalog_xmin, backends' backend_xmin and backend_xid, prepared transactions.

@@ -4,7 +4,10 @@
 //! and the holders of the transactions that replay points at.
 
 use pgrx::prelude::*;
-use snapbuild_core::diagnose::{self, BuilderFacts, Finding, ServerFacts, SlotFacts};
+use snapbuild_core::diagnose::{
+    self, BuilderFacts, Finding, ServerFacts, SlotFacts, SyncSkip, SyncSkipReason, SyncedCopy,
+};
+use snapbuild_core::server_log::LogEvent;
 use snapbuild_core::Lsn;
 
 use crate::adapter::slots::SlotCopy;
@@ -37,12 +40,17 @@ fn drain(ctx: &mut DecodingContext, phase_since: &mut Option<Lsn>) {
 /// What the replay in `ctx` reached, with the forecasts for the transactions holding
 /// the slot's restart_lsn and catalog_xmin ([`diagnose::forecast`], against the
 /// transactions running on the server now).
+///
+/// On a standby, `server.running` becomes what the standby knows of the primary's
+/// running transactions: every xid its snapshot lists, the last RUNNING_XACTS replayed
+/// lists, or the replay holds, that TransactionIdIsInProgress still finds in its
+/// KnownAssignedXids (a snapshot leaves out xids past its xmax). No forecast is made for
+/// a copy the slot synchronization keeps (its positions come from the primary).
 fn builder_facts(
     ctx: &DecodingContext,
     phase_since: Option<Lsn>,
     slot: &SlotCopy,
-    server: &ServerFacts,
-    running_now: &[snapbuild_core::TransactionId],
+    server: &mut ServerFacts,
 ) -> BuilderFacts {
     let b = &ctx.replay.builder;
     let last_running = ctx
@@ -50,6 +58,16 @@ fn builder_facts(
         .last_running_xacts
         .as_ref()
         .map(|(l, _, r)| (*l, r.clone()));
+    if server.in_recovery {
+        let mut candidates = std::mem::take(&mut server.running);
+        if let Some((_, r)) = &last_running {
+            candidates.extend_from_slice(&r.xids);
+        }
+        candidates.extend(b.reorder.xids());
+        candidates.sort_unstable();
+        candidates.dedup();
+        server.running = activity::in_progress(&candidates);
+    }
     let mut facts = BuilderFacts {
         state: Some(b.state),
         next_phase_at: b.next_phase_at,
@@ -64,12 +82,12 @@ fn builder_facts(
         replayed_to: ctx.last_end,
         forecasts: Vec::new(),
     };
-    if !slot.in_creation() {
-        let live: Vec<_> = running_now.to_vec();
+    let copy = server.in_recovery && slot.synced;
+    if !slot.in_creation() && !copy {
         for x in diagnose::holding_xids(&facts) {
-            let ended = !live.contains(&x);
+            let ended = !server.running.contains(&x);
             if let Some(f) =
-                diagnose::forecast(b, &slot.model(), x, ended, running_now, server.next_xid)
+                diagnose::forecast(b, &slot.model(), x, ended, &server.running, server.next_xid)
             {
                 facts.forecasts.push(f);
             }
@@ -80,17 +98,13 @@ fn builder_facts(
 
 /// Replays `slot` from its restart_lsn to the end of flushed WAL and reports where its
 /// snapshot builder stands. `None` when the WAL at restart_lsn is gone.
-pub fn replay_slot(
-    slot: &SlotCopy,
-    server: &ServerFacts,
-    running_now: &[u32],
-) -> Option<BuilderFacts> {
+pub fn replay_slot(slot: &SlotCopy, server: &mut ServerFacts) -> Option<BuilderFacts> {
     let input = for_slot_copy(slot.clone(), false);
     let mut ctx =
         DecodingContext::try_start_tolerant(input, unsafe { pg_sys::CurrentMemoryContext })?;
     let mut phase_since = None;
     drain(&mut ctx, &mut phase_since);
-    Some(builder_facts(&ctx, phase_since, slot, server, running_now))
+    Some(builder_facts(&ctx, phase_since, slot, server))
 }
 
 /// The findings for one logical slot (see [`diagnose::diagnose`]), or `None` when the
@@ -98,28 +112,62 @@ pub fn replay_slot(
 /// WAL is lost) is not replayed.
 pub fn diagnose_slot(slot: &SlotCopy) -> Option<Vec<Finding>> {
     let view = activity::slot_view(&slot.name)?;
-    let mut facts = slot_facts(slot, view);
+    let mut server = server_facts(&slot.name);
+    let mut facts = slot_facts(slot, view, &server);
     let invalid = facts.invalidation_reason.is_some()
         || facts.wal_status.as_deref() == Some("lost")
         || slot.restart_lsn == 0;
     if invalid && slot.restart_lsn != 0 {
         facts.invalidated_at = invalidating_record(slot);
     }
-    let (mut server, running_now) = server_facts(&slot.name);
+    if let Some(c) = facts.synced.as_mut().filter(|c| c.temporary) {
+        c.last_skip = last_sync_skip(&slot.name);
+    }
     let builder = if invalid {
         None
     } else {
-        replay_slot(slot, &server, &running_now)
+        replay_slot(slot, &mut server)
     };
-    // The replay read to the flush position of its own time.
-    server.flush_lsn = wal::flush_lsn();
-    let holders = activity::holders(&diagnose::wanted_xids(&facts, builder.as_ref()));
-    Some(diagnose::diagnose(
+    Some(judge(
         &facts,
         builder.as_ref(),
-        &server,
-        &holders,
+        &mut server,
+        diagnose::diagnose,
     ))
+}
+
+/// The findings (or health) of a slot once replayed: the flush position the replay read
+/// to, the holders of the xids it judges and which of them the server knows in
+/// progress, then `f`.
+fn judge<T>(
+    facts: &SlotFacts,
+    builder: Option<&BuilderFacts>,
+    server: &mut ServerFacts,
+    f: fn(&SlotFacts, Option<&BuilderFacts>, &ServerFacts, &[diagnose::Holder]) -> T,
+) -> T {
+    // The replay read to the flush position of its own time.
+    server.flush_lsn = wal::flush_lsn();
+    let wanted = diagnose::wanted_xids(facts, builder, server);
+    let holders = activity::holders(&wanted);
+    server.in_progress = activity::in_progress(&wanted);
+    f(facts, builder, server, &holders)
+}
+
+/// The slot synchronization's last `could not synchronize replication slot` line about
+/// `slot` in the server log (its time and DETAIL), if the log is readable and has one.
+fn last_sync_skip(slot: &str) -> Option<SyncSkip> {
+    let (_, events) = crate::adapter::server_log::events(|| {
+        pgrx::check_for_interrupts!();
+    })
+    .ok()?;
+    events.iter().rev().find_map(|e| match e {
+        LogEvent::SlotSyncSkipped(l) if l.slot == slot => Some(SyncSkip {
+            // milliseconds since 1970 to microseconds since 2000-01-01
+            at: (l.at_ms - 946_684_800_000).saturating_mul(1000),
+            reason: SyncSkipReason::from_detail(l.detail.as_deref()?)?,
+        }),
+        _ => None,
+    })
 }
 
 /// The record whose redo invalidated `slot` on a standby (rows_removed,
@@ -136,15 +184,17 @@ fn invalidating_record(slot: &SlotCopy) -> Option<(Lsn, String)> {
     ctx.invalidation.and_then(|w| w.found)
 }
 
-/// The slot's facts: shared memory's copy, pg_replication_slots' view of it, and (while
-/// it is created) the xid its creating process waits for in pg_locks.
-fn slot_facts(slot: &SlotCopy, view: activity::SlotView) -> SlotFacts {
+/// The slot's facts: shared memory's copy, pg_replication_slots' view of it, (while it
+/// is created) the xid its creating process waits for in pg_locks, and on a standby
+/// whether it is a copy kept by the slot synchronization (its log line is added by the
+/// caller that wants it).
+fn slot_facts(slot: &SlotCopy, view: activity::SlotView, server: &ServerFacts) -> SlotFacts {
     let mut facts = SlotFacts {
         name: slot.name.clone(),
         in_creation: slot.in_creation(),
         active_pid: (slot.active_pid != 0).then_some(slot.active_pid),
         restart_lsn: Lsn(slot.restart_lsn),
-        confirmed_flush: Lsn(slot.confirmed_flush),
+        confirmed_flush: (slot.confirmed_flush != 0).then_some(Lsn(slot.confirmed_flush)),
         catalog_xmin: slot.catalog_xmin,
         candidate_restart_valid: Lsn(slot.candidate_restart_valid),
         candidate_restart_lsn: Lsn(slot.candidate_restart_lsn),
@@ -156,6 +206,11 @@ fn slot_facts(slot: &SlotCopy, view: activity::SlotView) -> SlotFacts {
         conflicting: view.conflicting,
         inactive_since: view.inactive_since,
         creator_waits_on: None,
+        // After a promotion a copy is an ordinary slot.
+        synced: (slot.synced && server.in_recovery).then(|| SyncedCopy {
+            temporary: slot.persistency != "persistent",
+            last_skip: None,
+        }),
     };
     if facts.in_creation {
         facts.creator_waits_on = facts.active_pid.and_then(activity::waits_on);
@@ -164,18 +219,25 @@ fn slot_facts(slot: &SlotCopy, view: activity::SlotView) -> SlotFacts {
 }
 
 /// The server around slot `slot`: flush position, next xid, standby or not, the time,
-/// the other xmin horizons; and the top-level xids running now.
-fn server_facts(slot: &str) -> (ServerFacts, Vec<u32>) {
+/// the other xmin horizons, and the xids running now (pg_current_snapshot's xip on a
+/// primary; on a standby its snapshot's, which [`builder_facts`] completes).
+fn server_facts(slot: &str) -> ServerFacts {
     let now = activity::server_now();
-    let facts = ServerFacts {
+    let running = if now.in_recovery {
+        activity::standby_snapshot_xids()
+    } else {
+        now.running
+    };
+    ServerFacts {
         version: server_version(),
         flush_lsn: wal::flush_lsn(),
         next_xid: now.next_xid,
         in_recovery: now.in_recovery,
         now: now.now,
         horizons: activity::horizons(slot),
-    };
-    (facts, now.running)
+        running,
+        in_progress: Vec::new(),
+    }
 }
 
 /// A slot's replay kept between calls in this backend (`snapbuild_slot_health`), so that
@@ -220,8 +282,7 @@ fn cache_key(slot: &SlotCopy) -> (u64, bool, u32) {
 pub fn replay_slot_cached(
     slot: &SlotCopy,
     live: &[String],
-    server: &ServerFacts,
-    running_now: &[u32],
+    server: &mut ServerFacts,
 ) -> Option<(BuilderFacts, u64)> {
     let key = cache_key(slot);
     let mut entry = REPLAYS.with(|r| {
@@ -264,7 +325,7 @@ pub fn replay_slot_cached(
     let from = ctx.last_end;
     drain(ctx, &mut entry.phase_since);
     let ctx = entry.ctx.as_ref()?;
-    let facts = builder_facts(ctx, entry.phase_since, slot, server, running_now);
+    let facts = builder_facts(ctx, entry.phase_since, slot, server);
     let read = ctx.last_end.0.saturating_sub(from.0);
     REPLAYS.with(|r| r.borrow_mut().insert(slot.name.clone(), entry));
     Some((facts, read))
@@ -274,25 +335,23 @@ pub fn replay_slot_cached(
 /// this call replayed, or `None` when the slot vanished from pg_replication_slots.
 pub fn slot_health(slot: &SlotCopy, live: &[String]) -> Option<(diagnose::Health, u64)> {
     let view = activity::slot_view(&slot.name)?;
-    let facts = slot_facts(slot, view);
+    let mut server = server_facts(&slot.name);
+    let facts = slot_facts(slot, view, &server);
     let invalid = facts.invalidation_reason.is_some()
         || facts.wal_status.as_deref() == Some("lost")
         || slot.restart_lsn == 0;
-    let (mut server, running_now) = server_facts(&slot.name);
     let (builder, read) = if invalid {
         // Its WAL may be gone: let go of a replay kept from before.
         REPLAYS.with(|r| r.borrow_mut().remove(&slot.name));
         (None, 0)
     } else {
-        match replay_slot_cached(slot, live, &server, &running_now) {
+        match replay_slot_cached(slot, live, &mut server) {
             Some((b, r)) => (Some(b), r),
             None => (None, 0),
         }
     };
-    server.flush_lsn = wal::flush_lsn();
-    let holders = activity::holders(&diagnose::wanted_xids(&facts, builder.as_ref()));
     Some((
-        diagnose::health(&facts, builder.as_ref(), &server, &holders),
+        judge(&facts, builder.as_ref(), &mut server, diagnose::health),
         read,
     ))
 }

@@ -74,7 +74,9 @@ pub fn server_facts(
     ServerFacts {
         path,
         file,
-        confirmed_flush: slot.filter(|s| !s.in_creation()).map(|s| s.confirmed_flush),
+        confirmed_flush: slot
+            .filter(|s| !s.in_creation() && s.confirmed_flush != 0)
+            .map(|s| s.confirmed_flush),
         replay_start: slot.map(|s| snapbuild_core::Lsn(s.restart_lsn)),
         other_writers,
         log_writers,

@@ -42,6 +42,10 @@ pub enum LogEvent {
     /// its DETAIL and, on a standby's startup process, the CONTEXT naming the record being
     /// redone (`WAL redo at X/Y for RMGR/TYPE: …`).
     SlotInvalidated(InvalidationLine),
+    /// slotsync.c's `could not synchronize replication slot "S"` (17.0: `could not sync
+    /// slot "S" …`) at LOG: a standby keeps its copy of failover slot S temporary; the
+    /// DETAIL says why (read by the diagnosis of synced copies).
+    SlotSyncSkipped(InvalidationLine),
     /// A decoder creating a slot begins (logical.c DecodingContextFindStartpoint, DEBUG1:
     /// `searching for logical decoding starting point, starting at R`).
     CreationStart {
@@ -79,6 +83,17 @@ impl InvalidationLine {
 const REDO_AT: &str = "WAL redo at ";
 /// ReportSlotInvalidation's message (the slot is not in use by a process).
 const INVALIDATING: &str = "invalidating obsolete replication slot \"";
+/// slotsync.c's messages when it keeps a copy temporary (the wording of 17.x and 18.x).
+const SYNC_SKIPPED: [&str; 2] = [
+    "could not synchronize replication slot \"",
+    "could not sync slot \"",
+];
+
+/// The slot a slotsync.c `could not synchronize` message names.
+fn sync_skipped_slot(msg: &str) -> Option<String> {
+    let rest = SYNC_SKIPPED.iter().find_map(|p| msg.strip_prefix(p))?;
+    Some(rest[..rest.find('"')?].to_owned())
+}
 
 /// A snapshot builder's line as the server wrote it: a LOG line (`logical decoding found
 /// …`) or one of the DEBUG1 lines of [`DEBUG_PREFIXES`].
@@ -304,7 +319,7 @@ impl LogEvent {
             | LogEvent::DecoderStart { at_ms, .. }
             | LogEvent::CreationStart { at_ms, .. } => *at_ms,
             LogEvent::Builder(b) => b.at_ms,
-            LogEvent::SlotInvalidated(i) => i.at_ms,
+            LogEvent::SlotInvalidated(i) | LogEvent::SlotSyncSkipped(i) => i.at_ms,
         }
     }
 }
@@ -409,7 +424,7 @@ pub fn leading_timestamp(s: &str) -> Option<(i64, &str)> {
 }
 
 /// `X/Y` (an LSN as the server prints it) at the start of `s`, and what follows.
-fn leading_lsn(s: &str) -> Option<(Lsn, &str)> {
+pub(crate) fn leading_lsn(s: &str) -> Option<(Lsn, &str)> {
     let end = s
         .find(|c: char| !(c.is_ascii_hexdigit() || c == '/'))
         .unwrap_or(s.len());
@@ -440,6 +455,7 @@ enum Open {
     Start(i64, Option<i32>, String, Option<String>, Option<String>),
     Builder(BuilderLine),
     Invalidation(InvalidationLine),
+    SyncSkipped(InvalidationLine),
 }
 
 /// The part of an open message that continuation lines (starting with a tab) extend.
@@ -473,8 +489,12 @@ impl StderrParser {
                     (Open::Builder(b), Part::Statement) => b.statement.as_mut(),
                     (Open::Start(_, _, _, d, _), Part::Detail) => d.as_mut(),
                     (Open::Start(_, _, _, _, st), Part::Statement) => st.as_mut(),
-                    (Open::Invalidation(i), Part::Detail) => i.detail.as_mut(),
-                    (Open::Invalidation(i), Part::Context) => i.context.as_mut(),
+                    (Open::Invalidation(i) | Open::SyncSkipped(i), Part::Detail) => {
+                        i.detail.as_mut()
+                    }
+                    (Open::Invalidation(i) | Open::SyncSkipped(i), Part::Context) => {
+                        i.context.as_mut()
+                    }
                     _ => None,
                 };
                 if let Some(f) = field {
@@ -490,7 +510,7 @@ impl StderrParser {
                 match &mut open {
                     Open::Builder(b) => b.detail = Some(d),
                     Open::Start(_, _, _, det, _) => *det = Some(d),
-                    Open::Invalidation(i) => i.detail = Some(d),
+                    Open::Invalidation(i) | Open::SyncSkipped(i) => i.detail = Some(d),
                 }
                 self.open = Some((prefix, open, Part::Detail));
                 return out;
@@ -499,12 +519,14 @@ impl StderrParser {
                 match &mut open {
                     Open::Builder(b) => b.statement = Some(st),
                     Open::Start(_, _, _, _, s) => *s = Some(st),
-                    Open::Invalidation(_) => {}
+                    Open::Invalidation(_) | Open::SyncSkipped(_) => {}
                 }
                 self.open = Some((prefix, open, Part::Statement));
                 return out;
             }
-            if let (Some(c), Open::Invalidation(i)) = (tagged("CONTEXT:  "), &mut open) {
+            if let (Some(c), Open::Invalidation(i) | Open::SyncSkipped(i)) =
+                (tagged("CONTEXT:  "), &mut open)
+            {
                 i.context = Some(c);
                 self.open = Some((prefix, open, Part::Context));
                 return out;
@@ -559,6 +581,15 @@ impl StderrParser {
                 context: None,
             };
             self.open = Some((prefix.to_owned(), Open::Invalidation(inv), Part::Message));
+        } else if let Some(slot) = sync_skipped_slot(msg) {
+            let line = InvalidationLine {
+                at_ms,
+                pid,
+                slot,
+                detail: None,
+                context: None,
+            };
+            self.open = Some((prefix.to_owned(), Open::SyncSkipped(line), Part::Message));
         } else if READY.iter().any(|r| msg.starts_with(r)) {
             out.push(LogEvent::ServerStart { at_ms });
         }
@@ -587,6 +618,7 @@ fn close(open: Open) -> Option<LogEvent> {
         }
         Open::Builder(b) => Some(LogEvent::Builder(b)),
         Open::Invalidation(i) => Some(LogEvent::SlotInvalidated(i)),
+        Open::SyncSkipped(i) => Some(LogEvent::SlotSyncSkipped(i)),
     }
 }
 
@@ -615,6 +647,15 @@ fn event_from_fields(
             at_ms,
             pid,
             slot: rest.strip_suffix('"').unwrap_or(rest).to_owned(),
+            detail: detail.map(str::to_owned),
+            context: context.map(str::to_owned),
+        }));
+    }
+    if let Some(slot) = sync_skipped_slot(msg).filter(|_| level == LineLevel::Log) {
+        return Some(LogEvent::SlotSyncSkipped(InvalidationLine {
+            at_ms,
+            pid,
+            slot,
             detail: detail.map(str::to_owned),
             context: context.map(str::to_owned),
         }));
@@ -957,7 +998,7 @@ pub fn decoders(events: &[LogEvent]) -> Vec<LoggedDecoder> {
                     }
                 }
             }
-            LogEvent::SlotInvalidated(_) => {}
+            LogEvent::SlotInvalidated(_) | LogEvent::SlotSyncSkipped(_) => {}
         }
     }
     out
@@ -1856,5 +1897,36 @@ mod tests {
             i.redo_record(),
             Some((Lsn(0x10), "XLOG/PARAMETER_CHANGE".to_owned()))
         );
+    }
+
+    #[test]
+    fn slot_sync_skipped_with_its_detail() {
+        let mut p = StderrParser::default();
+        let mut ev = Vec::new();
+        for l in [
+            "2026-12-03 10:00:01.000 UTC [91] LOG:  could not synchronize replication slot \"f1\"",
+            "2026-12-03 10:00:01.000 UTC [91] DETAIL:  Synchronization could lead to data loss, because the remote slot needs WAL at LSN 0/3003F28 and catalog xmin 754, but the standby has LSN 0/3003F28 and catalog xmin 756.",
+            "2026-12-03 10:00:02.000 UTC [91] LOG:  could not sync slot \"f2\" as remote slot precedes local slot",
+            "2026-12-03 10:00:03.000 UTC [92] LOG:  checkpoint starting: time",
+        ] {
+            ev.extend(p.line(l));
+        }
+        ev.extend(p.finish());
+        let slots: Vec<(&str, Option<&str>)> = ev
+            .iter()
+            .filter_map(|e| match e {
+                LogEvent::SlotSyncSkipped(i) => Some((i.slot.as_str(), i.detail.as_deref())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(slots.len(), 2, "{ev:?}");
+        assert_eq!(slots[0].0, "f1");
+        assert!(slots[0].1.unwrap().ends_with("catalog xmin 756."));
+        assert_eq!(slots[1], ("f2", None));
+        let j = r#"{"timestamp":"2026-12-03 10:00:01.000 UTC","pid":91,"error_severity":"LOG","message":"could not synchronize replication slot \"f3\"","detail":"Synchronization could lead to data loss, because the standby could not build a consistent snapshot to decode WALs at LSN 0/30000D8."}"#;
+        let Some(LogEvent::SlotSyncSkipped(i)) = parse_json_line(j) else {
+            panic!()
+        };
+        assert_eq!(i.slot, "f3");
     }
 }

@@ -162,6 +162,9 @@ fn state_text(h: &snapbuild_core::diagnose::Health) -> Option<String> {
     if h.invalidated {
         return Some("invalidated".into());
     }
+    if h.sync_pending {
+        return Some("sync pending".into());
+    }
     h.state.map(|s| {
         match s {
             S::Start => "start",

@@ -18,7 +18,9 @@ use crate::include::version::PgVersion;
 use crate::include::xlogdefs::Lsn;
 
 pub mod forecast;
+pub mod slotsync;
 pub use forecast::{forecast, Forecast, ForecastLsn, ForecastXid};
+pub use slotsync::{SyncSkip, SyncSkipReason, SyncedCopy};
 
 /// What a replay of the slot from its restart_lsn to the flush position reached.
 #[derive(Clone, Debug, Default)]
@@ -61,7 +63,9 @@ pub struct SlotFacts {
     /// The process using the slot (the creating backend or walsender, or the consumer).
     pub active_pid: Option<i32>,
     pub restart_lsn: Lsn,
-    pub confirmed_flush: Lsn,
+    /// `None` while the slot is created, and for a synced copy the slot synchronization
+    /// has not advanced yet (the server shows NULL for both).
+    pub confirmed_flush: Option<Lsn>,
     pub catalog_xmin: TransactionId,
     pub candidate_restart_valid: Lsn,
     pub candidate_restart_lsn: Lsn,
@@ -82,6 +86,10 @@ pub struct SlotFacts {
     /// The transaction the slot's active process waits for in `pg_locks` (an ungranted
     /// ShareLock on a transactionid: SnapBuildWaitSnapshot's XactLockTableWait).
     pub creator_waits_on: Option<TransactionId>,
+    /// On a standby (17+): the slot is a copy that the slot synchronization keeps of
+    /// the primary's failover slot (`synced`). `None` elsewhere, and on a promoted
+    /// server, where a copy is an ordinary slot.
+    pub synced: Option<SyncedCopy>,
 }
 
 /// Another holder of an xmin horizon in the cluster: a slot's xmin or catalog_xmin, a
@@ -109,6 +117,15 @@ pub struct ServerFacts {
     /// Every other xmin horizon of the cluster (other slots, backends but the caller,
     /// prepared transactions).
     pub horizons: Vec<Horizon>,
+    /// The xids running now: on a primary the top-level ones (pg_current_snapshot's
+    /// xip); on a standby the primary's as far as replayed here (KnownAssignedXids, the
+    /// standby snapshot's subxip: top-level and subtransaction xids alike).
+    pub running: Vec<TransactionId>,
+    /// Among the xids the diagnosis asks about ([`wanted_xids`]), those the server knows
+    /// to be in progress (procarray.c TransactionIdIsInProgress: on a standby from
+    /// KnownAssignedXids, i.e. the primary's transactions whose end has not been
+    /// replayed here).
+    pub in_progress: Vec<TransactionId>,
 }
 
 /// A live backend holding a transaction (pg_stat_activity's columns).
@@ -171,6 +188,12 @@ pub enum FindingKind {
     WaitingForEndedTransaction,
     /// Nothing left to wait for but a newer RUNNING_XACTS record.
     WaitingForWal,
+    /// On a standby (17+): a copy of the primary's failover slot that the slot
+    /// synchronization keeps temporary (not sync-ready), why, and what keeps it so.
+    SyncPending,
+    /// On a standby (17+): a copy of the primary's failover slot, persistent
+    /// (sync-ready); its positions follow the primary's slot.
+    Synchronized,
     /// restart_lsn cannot pass the restart point of the oldest running transaction.
     RestartLsnHeld,
     /// catalog_xmin cannot pass the oldest running transaction.
@@ -203,6 +226,8 @@ impl FindingKind {
             FindingKind::WaitingForPrimaryTransaction => "waiting for primary transaction",
             FindingKind::WaitingForEndedTransaction => "waiting for ended transaction",
             FindingKind::WaitingForWal => "waiting for WAL",
+            FindingKind::SyncPending => "sync pending",
+            FindingKind::Synchronized => "synchronized",
             FindingKind::RestartLsnHeld => "restart_lsn held",
             FindingKind::CatalogXminHeld => "catalog_xmin held",
             FindingKind::Forecast => "forecast",
@@ -268,12 +293,52 @@ fn wal_remedy(server: &ServerFacts) -> String {
     }
 }
 
-/// On a standby: how to find the primary's holder of `xid` and end it, then log a
-/// RUNNING_XACTS there.
-fn primary_remedy(xid: TransactionId, server: &ServerFacts) -> String {
+/// On a standby: how to find the primary's holder of `xid` (its pid, application and
+/// state) and end it there, then log a RUNNING_XACTS there, then `then` (what else must
+/// happen, e.g. a consumer confirming; empty for nothing).
+fn primary_remedy(xid: TransactionId, server: &ServerFacts, then: &str) -> String {
     format!(
-        "on the primary, find its holder: SELECT l.pid, a.datname, a.state, a.xact_start, a.query, p.gid FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid LEFT JOIN pg_prepared_xacts p ON p.transaction = l.transactionid WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.transactionid = '{xid}'::xid; end it there (COMMIT or ROLLBACK in that session, pg_terminate_backend(pid), or COMMIT/ROLLBACK PREPARED 'gid'); then {}",
+        "on the primary, find its holder: SELECT l.pid, a.application_name, a.usename, a.datname, a.state, a.xact_start, a.query, p.gid FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid LEFT JOIN pg_prepared_xacts p ON p.transaction = l.transactionid WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.transactionid = '{xid}'::xid; end it there (COMMIT or ROLLBACK in that session, pg_terminate_backend(pid), or COMMIT/ROLLBACK PREPARED 'gid'); then {}{then}",
         wal_remedy(server)
+    )
+}
+
+/// What the server knows of a transaction the diagnosis judges.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum XidStatus<'a> {
+    /// Held by a session or a prepared transaction of this server (pg_locks).
+    Held(&'a HolderKind),
+    /// On a standby: the primary's transaction, running as far as this standby has
+    /// replayed (its KnownAssignedXids list it); its session is on the primary.
+    RunningOnPrimary,
+    /// Ended: no holder here, and on a standby not in progress either (its end was
+    /// replayed, or a RUNNING_XACTS replayed from the primary no longer lists it).
+    Ended,
+}
+
+/// [`XidStatus`] of `xid`: a holder in `holders` first; on a standby, whether the
+/// server knows it in progress ([`ServerFacts::in_progress`]); else ended. A standby
+/// never holds a transaction itself (it assigns no xids), so its pg_locks and
+/// pg_stat_activity say nothing about the primary's.
+fn xid_status<'a>(
+    holders: &'a [Holder],
+    server: &ServerFacts,
+    xid: TransactionId,
+) -> XidStatus<'a> {
+    match holder_of(holders, xid) {
+        Some(h) => XidStatus::Held(&h.kind),
+        None if server.in_recovery && server.in_progress.contains(&xid) => {
+            XidStatus::RunningOnPrimary
+        }
+        None => XidStatus::Ended,
+    }
+}
+
+/// `running on the primary (…)`: how a standby knows a primary transaction runs.
+fn on_primary(server: &ServerFacts) -> String {
+    format!(
+        "running on the primary (this standby has replayed no end of it up to {}: its KnownAssignedXids list it; the primary's session is not visible here)",
+        server.flush_lsn
     )
 }
 
@@ -298,6 +363,14 @@ pub fn waited_xids(slot: &SlotFacts, b: &BuilderFacts) -> Vec<TransactionId> {
     if !slot.in_creation {
         return Vec::new();
     }
+    builder_waits(b)
+}
+
+/// The xids a builder that is not consistent yet waits for: the top-level xids of the
+/// last RUNNING_XACTS before its cutoff (`next_phase_at` in BUILDING_SNAPSHOT and
+/// FULL_SNAPSHOT; the initial xmin horizon in START after a record older than it), as
+/// SnapBuildWaitSnapshot waits for them while a slot is created.
+pub fn builder_waits(b: &BuilderFacts) -> Vec<TransactionId> {
     let Some((_, running)) = &b.last_running else {
         return Vec::new();
     };
@@ -360,16 +433,29 @@ pub fn holding_xids(b: &BuilderFacts) -> Vec<TransactionId> {
     v
 }
 
-/// Every xid whose holder the diagnosis wants to know (look them up in pg_locks).
-pub fn wanted_xids(slot: &SlotFacts, b: Option<&BuilderFacts>) -> Vec<TransactionId> {
-    let Some(b) = b else { return Vec::new() };
-    let mut v = waited_xids(slot, b);
-    if !slot.in_creation {
-        if let Some((x, _)) = catalog_xmin_holder(b) {
-            v.push(x);
+/// Every xid the diagnosis judges: look up their holders in pg_locks, and whether the
+/// server knows them in progress ([`ServerFacts::in_progress`]).
+pub fn wanted_xids(
+    slot: &SlotFacts,
+    b: Option<&BuilderFacts>,
+    server: &ServerFacts,
+) -> Vec<TransactionId> {
+    let mut v = Vec::new();
+    if slot.synced.as_ref().is_some_and(|c| c.temporary) {
+        v.extend(slotsync::older_running(slot, server, usize::MAX));
+        if slot.confirmed_flush.is_some() {
+            v.extend(b.map(builder_waits).unwrap_or_default());
         }
-        if let Some((x, _)) = b.oldest_txn {
-            v.push(x);
+    }
+    if let Some(b) = b {
+        v.extend(waited_xids(slot, b));
+        if !slot.in_creation {
+            if let Some((x, _)) = catalog_xmin_holder(b) {
+                v.push(x);
+            }
+            if let Some((x, _)) = b.oldest_txn {
+                v.push(x);
+            }
         }
     }
     v.extend(slot.creator_waits_on);
@@ -565,78 +651,17 @@ fn creation_findings(
     }
     let mut live = 0;
     for x in &waited {
-        match holder_of(holders, *x).map(|h| &h.kind) {
-            Some(HolderKind::Backend(be)) => {
-                live += 1;
-                let mut f = Finding::new(
-                    FindingKind::WaitingForTransaction,
-                    format!(
-                        "the creation waits for xid {x}, held by {}",
-                        describe_backend(be)
-                    ),
-                );
-                f.xid = Some(*x);
-                f.backend = Some(be.clone());
-                f.lsn = last_lsn;
-                f.since = be.xact_start;
-                f.remedy = Some(backend_remedy(be));
-                out.push(f);
-            }
-            Some(HolderKind::Prepared(p)) => {
-                live += 1;
-                let mut f = Finding::new(
-                    FindingKind::WaitingForPreparedTransaction,
-                    format!(
-                        "the creation waits for xid {x}, a prepared transaction: gid '{}'{}{}",
-                        p.gid,
-                        p.owner
-                            .as_ref()
-                            .map(|o| format!(", owner {o}"))
-                            .unwrap_or_default(),
-                        p.database
-                            .as_ref()
-                            .map(|d| format!(", database {d}"))
-                            .unwrap_or_default()
-                    ),
-                );
-                f.xid = Some(*x);
-                f.prepared = Some(p.clone());
-                f.lsn = last_lsn;
-                f.since = p.prepared;
-                f.remedy = Some(prepared_remedy(p));
-                out.push(f);
-            }
-            None if server.in_recovery => {
-                // A standby: RUNNING_XACTS and the xids in it come from the primary, whose
-                // sessions this server cannot see (its pg_locks has no lock for them).
-                let at = last_lsn.unwrap_or(slot.restart_lsn);
-                let mut f = Finding::new(
-                    FindingKind::WaitingForPrimaryTransaction,
-                    format!(
-                        "xid {x} was running on the primary at the RUNNING_XACTS replayed at {at}; this server is a standby and cannot see the primary's sessions: the transaction runs there, or has ended there since; the snapshot builder learns that it ended from the primary's next RUNNING_XACTS"
-                    ),
-                );
-                f.xid = Some(*x);
-                f.lsn = last_lsn;
-                f.remedy = Some(primary_remedy(*x, server));
-                out.push(f);
-                // Not known to have ended: no "waiting for WAL" row beside it.
-                live += 1;
-            }
-            None => {
-                let mut f = Finding::new(
-                    FindingKind::WaitingForEndedTransaction,
-                    format!(
-                        "xid {x} has ended since the RUNNING_XACTS at {}; the snapshot builder learns it from the next RUNNING_XACTS",
-                        last_lsn.unwrap_or(slot.restart_lsn)
-                    ),
-                );
-                f.xid = Some(*x);
-                f.lsn = last_lsn;
-                f.remedy = Some(wal_remedy(server));
-                out.push(f);
-            }
-        }
+        let (f, running) = wait_finding(
+            "the creation",
+            *x,
+            holders,
+            server,
+            last_lsn,
+            slot.restart_lsn,
+            "",
+        );
+        live += usize::from(running);
+        out.push(f);
     }
     if live == 0 {
         let why = match last {
@@ -676,6 +701,86 @@ fn creation_findings(
     }
 }
 
+/// The row for xid `x` that `who` (`the creation`, or a synced copy's decoder) waits for
+/// (a top-level xid of the last RUNNING_XACTS, at `last_lsn`, before the builder's
+/// cutoff), and whether it still runs: held by a session or a prepared transaction here,
+/// running on the primary (a standby), or ended (then only a newer RUNNING_XACTS is
+/// missing). `then` ends the remedy of a primary's transaction.
+fn wait_finding(
+    who: &str,
+    x: TransactionId,
+    holders: &[Holder],
+    server: &ServerFacts,
+    last_lsn: Option<Lsn>,
+    restart_lsn: Lsn,
+    then: &str,
+) -> (Finding, bool) {
+    let at = last_lsn.unwrap_or(restart_lsn);
+    let mut f = match xid_status(holders, server, x) {
+        XidStatus::Held(HolderKind::Backend(be)) => {
+            let mut f = Finding::new(
+                FindingKind::WaitingForTransaction,
+                format!("{who} waits for xid {x}, held by {}", describe_backend(be)),
+            );
+            f.backend = Some(be.clone());
+            f.since = be.xact_start;
+            f.remedy = Some(backend_remedy(be));
+            f
+        }
+        XidStatus::Held(HolderKind::Prepared(p)) => {
+            let mut f = Finding::new(
+                FindingKind::WaitingForPreparedTransaction,
+                format!(
+                    "{who} waits for xid {x}, a prepared transaction: gid '{}'{}{}",
+                    p.gid,
+                    p.owner
+                        .as_ref()
+                        .map(|o| format!(", owner {o}"))
+                        .unwrap_or_default(),
+                    p.database
+                        .as_ref()
+                        .map(|d| format!(", database {d}"))
+                        .unwrap_or_default()
+                ),
+            );
+            f.prepared = Some(p.clone());
+            f.since = p.prepared;
+            f.remedy = Some(prepared_remedy(p));
+            f
+        }
+        XidStatus::RunningOnPrimary => {
+            let mut f = Finding::new(
+                FindingKind::WaitingForPrimaryTransaction,
+                format!(
+                    "{who} waits for xid {x}, a transaction of the primary listed by the RUNNING_XACTS replayed at {at} and still {}; the snapshot builder learns that it ended from the primary's next RUNNING_XACTS",
+                    on_primary(server)
+                ),
+            );
+            f.remedy = Some(primary_remedy(x, server, then));
+            f
+        }
+        XidStatus::Ended => {
+            let on = if server.in_recovery {
+                " on the primary (its end was replayed here)"
+            } else {
+                ""
+            };
+            let mut f = Finding::new(
+                FindingKind::WaitingForEndedTransaction,
+                format!(
+                    "xid {x} has ended{on} since the RUNNING_XACTS at {at}; the snapshot builder learns it from the next RUNNING_XACTS"
+                ),
+            );
+            f.remedy = Some(wal_remedy(server));
+            f
+        }
+    };
+    let running = f.kind != Some(FindingKind::WaitingForEndedTransaction);
+    f.xid = Some(x);
+    f.lsn = last_lsn;
+    (f, running)
+}
+
 fn created_findings(
     slot: &SlotFacts,
     builder: Option<&BuilderFacts>,
@@ -684,7 +789,20 @@ fn created_findings(
     out: &mut Vec<Finding>,
 ) {
     let mut problems = 0;
-    if let Some(b) = builder {
+    let copy = slot.synced.as_ref();
+    if let Some(c) = copy {
+        problems += slotsync::copy_findings(slot, c, builder, server, holders, out);
+    }
+    // A temporary copy does not move by decoding: its rows above say what moves it.
+    let pending = copy.is_some_and(|c| c.temporary);
+    // Who moves the positions once a transaction ended: this slot's consumer, or for a
+    // copy the primary slot's consumer and then the synchronization.
+    let then = if copy.is_some() {
+        CONFIRM_ON_PRIMARY_COPY
+    } else {
+        ", and let the slot's consumer here confirm past that record"
+    };
+    if let Some(b) = builder.filter(|_| !pending) {
         if let Some((x, restart_point)) = b.oldest_txn {
             // A transaction first seen before the decoder had a restart point proposes
             // none: restart_lsn then stays where it is.
@@ -699,11 +817,17 @@ fn created_findings(
                 "no restart point is proposed (it began before the decoder had one) while"
             };
             problems += 1;
-            let h = holder_of(holders, x);
-            let who = match h.map(|h| &h.kind) {
-                Some(HolderKind::Backend(be)) => format!("held by {}", describe_backend(be)),
-                Some(HolderKind::Prepared(p)) => format!("prepared as gid '{}'", p.gid),
-                None => "no longer running (ended without a commit or abort record, e.g. a crash); the next RUNNING_XACTS clears it".into(),
+            let status = xid_status(holders, server, x);
+            let who = match &status {
+                XidStatus::Held(HolderKind::Backend(be)) => {
+                    format!("held by {}", describe_backend(be))
+                }
+                XidStatus::Held(HolderKind::Prepared(p)) => format!("prepared as gid '{}'", p.gid),
+                XidStatus::RunningOnPrimary => on_primary(server),
+                XidStatus::Ended => format!(
+                    "no longer running{} (its end lies after the WAL read, or it ended without a commit or abort record, e.g. a crash); the next RUNNING_XACTS clears it",
+                    if server.in_recovery { " on the primary as far as this standby knows" } else { "" }
+                ),
             };
             let mut f = Finding::new(
                 FindingKind::RestartLsnHeld,
@@ -715,28 +839,22 @@ fn created_findings(
             f.xid = Some(x);
             f.lsn = Some(restart);
             f.bytes = Some(bytes_between(restart, server.flush_lsn));
-            match h.map(|h| &h.kind) {
-                Some(HolderKind::Backend(be)) => {
-                    f.since = be.xact_start;
-                    f.remedy = Some(backend_remedy(be));
-                    f.backend = Some(be.clone());
-                }
-                Some(HolderKind::Prepared(p)) => {
-                    f.since = p.prepared;
-                    f.remedy = Some(prepared_remedy(p));
-                    f.prepared = Some(p.clone());
-                }
-                None => f.remedy = Some(wal_remedy(server)),
-            }
+            set_holder(&mut f, &status, x, server, then);
             out.push(f);
         }
         if let Some((x, xmin)) = catalog_xmin_holder(b) {
-            if let Some(h) = holder_of(holders, x) {
+            let status = xid_status(holders, server, x);
+            if status != XidStatus::Ended {
                 problems += 1;
                 let age = server.next_xid.wrapping_sub(slot.catalog_xmin) as i32;
-                let who = match &h.kind {
-                    HolderKind::Backend(be) => format!("held by {}", describe_backend(be)),
-                    HolderKind::Prepared(p) => format!("prepared as gid '{}'", p.gid),
+                let who = match &status {
+                    XidStatus::Held(HolderKind::Backend(be)) => {
+                        format!("held by {}", describe_backend(be))
+                    }
+                    XidStatus::Held(HolderKind::Prepared(p)) => {
+                        format!("prepared as gid '{}'", p.gid)
+                    }
+                    _ => on_primary(server),
                 };
                 let what = if xmin == x {
                     format!("xid {x} is the oldest transaction running")
@@ -752,43 +870,46 @@ fn created_findings(
                 );
                 f.xid = Some(x);
                 f.lsn = b.last_running.as_ref().map(|(l, _)| *l);
-                match &h.kind {
-                    HolderKind::Backend(be) => {
-                        f.since = be.xact_start;
-                        f.remedy = Some(backend_remedy(be));
-                        f.backend = Some(be.clone());
-                    }
-                    HolderKind::Prepared(p) => {
-                        f.since = p.prepared;
-                        f.remedy = Some(prepared_remedy(p));
-                        f.prepared = Some(p.clone());
-                    }
-                }
+                set_holder(&mut f, &status, x, server, then);
                 out.push(f);
             }
         }
-        for fc in &b.forecasts {
-            out.push(forecast_finding(slot, server, fc));
+        if copy.is_none() {
+            for fc in &b.forecasts {
+                out.push(forecast_finding(slot, server, fc));
+            }
         }
     }
-    if slot.candidate_restart_valid.is_valid()
+    if !pending
+        && slot.candidate_restart_valid.is_valid()
         && slot.candidate_restart_lsn.is_valid()
-        && slot.confirmed_flush < slot.candidate_restart_valid
+        && slot
+            .confirmed_flush
+            .is_none_or(|c| c < slot.candidate_restart_valid)
     {
         problems += 1;
+        let confirmed = slot
+            .confirmed_flush
+            .map(|c| format!("confirmed_flush is {c}"))
+            .unwrap_or_else(|| "confirmed_flush is not set".into());
         let mut f = Finding::new(
             FindingKind::PendingRestartCandidate,
             format!(
-                "restart_lsn moves to {} only once the consumer confirms {} (confirmed_flush is {}); until then newer candidates are not taken",
-                slot.candidate_restart_lsn, slot.candidate_restart_valid, slot.confirmed_flush
+                "restart_lsn moves to {} only once the consumer confirms {} ({confirmed}); until then newer candidates are not taken",
+                slot.candidate_restart_lsn, slot.candidate_restart_valid
             ),
         );
         f.lsn = Some(slot.candidate_restart_valid);
         f.bytes = Some(bytes_between(slot.restart_lsn, slot.candidate_restart_lsn));
-        f.remedy = Some("let the consumer confirm (acknowledge) what it has received".into());
+        f.remedy = Some(if copy.is_some() {
+            "let the slot's consumer on the primary confirm (acknowledge) what it has received; the synchronization follows".into()
+        } else {
+            "let the consumer confirm (acknowledge) what it has received".into()
+        });
         out.push(f);
     }
-    if slot.active_pid.is_none() {
+    // A copy is never consumed on the standby: no consumer is expected there.
+    if slot.active_pid.is_none() && copy.is_none() {
         problems += 1;
         let mut f = Finding::new(
             FindingKind::NoConsumer,
@@ -798,7 +919,7 @@ fn created_findings(
             ),
         );
         f.since = slot.inactive_since;
-        f.lsn = Some(slot.confirmed_flush);
+        f.lsn = slot.confirmed_flush;
         f.remedy = Some(format!(
             "start the consumer, or SELECT pg_drop_replication_slot('{}') if it is abandoned",
             slot.name.replace('\'', "''")
@@ -808,20 +929,27 @@ fn created_findings(
     if let Some(f) = horizon_finding(slot, server) {
         out.push(f);
     }
-    let lag = bytes_between(slot.confirmed_flush, server.flush_lsn);
-    let mut f = Finding::new(
-        FindingKind::ConsumerLag,
-        format!(
-            "confirmed_flush {} is {lag} bytes behind the {} {}",
-            slot.confirmed_flush,
-            end_name(server),
-            server.flush_lsn
-        ),
-    );
-    f.lsn = Some(slot.confirmed_flush);
-    f.bytes = Some(lag);
-    f.since = slot.inactive_since;
-    out.push(f);
+    // No confirmed_flush (a copy the synchronization has not advanced): no lag to give.
+    if let Some(confirmed) = slot.confirmed_flush {
+        let lag = bytes_between(confirmed, server.flush_lsn);
+        let whose = if copy.is_some() {
+            " (the primary slot's, as last synchronized)"
+        } else {
+            ""
+        };
+        let mut f = Finding::new(
+            FindingKind::ConsumerLag,
+            format!(
+                "confirmed_flush {confirmed}{whose} is {lag} bytes behind the {} {}",
+                end_name(server),
+                server.flush_lsn
+            ),
+        );
+        f.lsn = Some(confirmed);
+        f.bytes = Some(lag);
+        f.since = slot.inactive_since;
+        out.push(f);
+    }
     let kept = bytes_between(slot.restart_lsn, server.flush_lsn);
     let mut f = Finding::new(
         FindingKind::RetainedWal,
@@ -836,13 +964,48 @@ fn created_findings(
     f.bytes = Some(kept);
     out.push(f);
     if problems == 0 {
+        let consumer = if copy.is_some() {
+            "synchronized"
+        } else {
+            "in use"
+        };
         out.push(Finding::new(
             FindingKind::Healthy,
             format!(
-                "slot \"{}\" is consistent, in use, and nothing holds it back",
+                "slot \"{}\" is consistent, {consumer}, and nothing holds it back",
                 slot.name
             ),
         ));
+    }
+}
+
+/// What a copy's remedies add: the primary slot's consumer confirms, the
+/// synchronization copies.
+const CONFIRM_ON_PRIMARY_COPY: &str =
+    ", then let the slot's consumer on the primary confirm past that record (the synchronization then copies its positions here)";
+
+/// Fills `f`'s holder columns and remedy from `status` (a session or prepared
+/// transaction here, a transaction of the primary, or ended).
+fn set_holder(
+    f: &mut Finding,
+    status: &XidStatus,
+    x: TransactionId,
+    server: &ServerFacts,
+    then: &str,
+) {
+    match status {
+        XidStatus::Held(HolderKind::Backend(be)) => {
+            f.since = be.xact_start;
+            f.remedy = Some(backend_remedy(be));
+            f.backend = Some(be.clone());
+        }
+        XidStatus::Held(HolderKind::Prepared(p)) => {
+            f.since = p.prepared;
+            f.remedy = Some(prepared_remedy(p));
+            f.prepared = Some(p.clone());
+        }
+        XidStatus::RunningOnPrimary => f.remedy = Some(primary_remedy(x, server, then)),
+        XidStatus::Ended => f.remedy = Some(wal_remedy(server)),
     }
 }
 
@@ -863,7 +1026,13 @@ fn forecast_finding(slot: &SlotFacts, server: &ServerFacts, fc: &Forecast) -> Fi
         ForecastXid::At(x) | ForecastXid::Stays(x) => Some(x),
         ForecastXid::AtNextXid(_) => None,
     };
-    if !fc.ended {
+    if !fc.ended && server.in_recovery {
+        f.remedy = Some(format!(
+            "end xid {} on the primary (the rows above give the query that finds its session there), then {} and let the consumer here confirm",
+            fc.ending,
+            wal_remedy(server)
+        ));
+    } else if !fc.ended {
         f.remedy = Some(format!(
             "end xid {} (see the rows above for its session), then let the consumer confirm",
             fc.ending
@@ -928,8 +1097,12 @@ pub struct Health {
     /// The builder's state after the replay (None: not replayed, e.g. invalidated).
     pub state: Option<SnapBuildState>,
     pub invalidated: bool,
+    /// On a standby: a copy of the primary's failover slot that the slot synchronization
+    /// keeps temporary (the `sync pending` rows of the diagnosis).
+    pub sync_pending: bool,
     pub in_creation: bool,
-    /// How many xids the creation waits for (live or ended; 0 for a created slot).
+    /// How many xids the creation waits for (live or ended); for a copy kept temporary,
+    /// the primary's transactions that keep it so; 0 otherwise.
     pub waiting_xids: i32,
     /// The backend the first problem finding names (a creation's first live blocker, or
     /// the holder of restart_lsn / catalog_xmin).
@@ -974,8 +1147,14 @@ pub fn health(
         invalidated: findings
             .first()
             .is_some_and(|f| f.kind == Some(FindingKind::Invalidated)),
+        sync_pending: findings
+            .iter()
+            .any(|f| f.kind == Some(FindingKind::SyncPending)),
         in_creation: slot.in_creation,
-        waiting_xids: builder.map_or(0, |b| waited_xids(slot, b).len() as i32),
+        waiting_xids: match slot.synced.as_ref() {
+            Some(c) if c.temporary => slotsync::copy_waits(slot, c, builder, server).len() as i32,
+            _ => builder.map_or(0, |b| waited_xids(slot, b).len() as i32),
+        },
         oldest_blocking_pid: blocking,
         restart_lsn_lag_bytes: slot
             .restart_lsn
@@ -983,8 +1162,7 @@ pub fn health(
             .then(|| bytes_between(slot.restart_lsn, server.flush_lsn)),
         confirmed_flush_lag_bytes: slot
             .confirmed_flush
-            .is_valid()
-            .then(|| bytes_between(slot.confirmed_flush, server.flush_lsn)),
+            .map(|c| bytes_between(c, server.flush_lsn)),
         catalog_xmin_age: transam::is_normal(slot.catalog_xmin)
             .then(|| server.next_xid.wrapping_sub(slot.catalog_xmin) as i32),
         last_running_xacts: last,
@@ -992,14 +1170,15 @@ pub fn health(
         running_xacts_age_s: last
             .and(builder.and_then(|b| b.last_running_written_by))
             .map(|t| (server.now - t).max(0) as f64 / 1e6),
-        releasable_bytes: builder.and_then(|b| b.forecasts.first()).map(|fc| {
-            match fc.restart_lsn {
+        releasable_bytes: builder
+            .filter(|_| slot.synced.is_none())
+            .and_then(|b| b.forecasts.first())
+            .map(|fc| match fc.restart_lsn {
                 ForecastLsn::AtNextRunningXacts => {
                     bytes_between(slot.restart_lsn, server.flush_lsn)
                 }
                 _ => fc.released_bytes(slot.restart_lsn).unwrap_or(0),
-            }
-        }),
+            }),
     }
 }
 
@@ -1015,6 +1194,8 @@ mod tests {
             in_recovery: false,
             now: 0,
             horizons: Vec::new(),
+            running: Vec::new(),
+            in_progress: Vec::new(),
         }
     }
 
@@ -1119,8 +1300,10 @@ mod tests {
             replayed_to: Lsn(0x1900),
             ..Default::default()
         };
+        // The standby knows 850 in progress (KnownAssignedXids): the primary's.
         let standby = ServerFacts {
             in_recovery: true,
+            in_progress: vec![850],
             ..server(16)
         };
         let f = diagnose(&creating(), Some(&b), &standby, &[]);
@@ -1129,11 +1312,36 @@ mod tests {
             vec!["creation waiting", "waiting for primary transaction"]
         );
         assert_eq!(f[1].xid, Some(850));
+        assert!(
+            f[1].finding.contains("running on the primary"),
+            "{}",
+            f[1].finding
+        );
         let remedy = f[1].remedy.as_deref().unwrap();
+        assert!(remedy.contains("a.application_name"), "{remedy}");
         assert!(remedy.contains("'850'::xid"), "{remedy}");
         assert!(
             remedy.contains("SELECT pg_log_standby_snapshot() on the primary"),
             "{remedy}"
+        );
+        // Its end replayed here: ended, and only a newer RUNNING_XACTS is missing.
+        let ended = ServerFacts {
+            in_progress: vec![],
+            ..standby.clone()
+        };
+        let f = diagnose(&creating(), Some(&b), &ended, &[]);
+        assert_eq!(
+            kinds(&f),
+            vec![
+                "creation waiting",
+                "waiting for ended transaction",
+                "waiting for WAL"
+            ]
+        );
+        assert!(
+            f[1].finding.contains("has ended on the primary"),
+            "{}",
+            f[1].finding
         );
         // Nothing to wait for but the primary's next RUNNING_XACTS.
         let b = BuilderFacts {
@@ -1230,7 +1438,7 @@ mod tests {
     fn created_slot_holders_candidates_and_health() {
         let mut s = creating();
         s.in_creation = false;
-        s.confirmed_flush = Lsn(0x1800);
+        s.confirmed_flush = Some(Lsn(0x1800));
         s.catalog_xmin = 600;
         let b = BuilderFacts {
             state: Some(SnapBuildState::Consistent),
@@ -1239,7 +1447,7 @@ mod tests {
             replayed_to: Lsn(0x2000),
             ..Default::default()
         };
-        assert_eq!(wanted_xids(&s, Some(&b)), vec![650]);
+        assert_eq!(wanted_xids(&s, Some(&b), &server(18)), vec![650]);
         let holders = [Holder {
             xid: 650,
             kind: HolderKind::Backend(backend(9)),
@@ -1328,5 +1536,298 @@ mod tests {
         assert_eq!(h.catalog_xmin_age, Some(300));
         assert_eq!(h.last_running_xacts, Some(Lsn(0x1800)));
         assert_eq!(h.wal_since_running_xacts_bytes, Some(0x800));
+    }
+
+    fn standby_server() -> ServerFacts {
+        ServerFacts {
+            in_recovery: true,
+            ..server(18)
+        }
+    }
+
+    /// Every LSN a finding prints or carries: none may be 0/0 (a value the server does
+    /// not have is absent).
+    fn assert_no_zero_lsn(f: &[Finding]) {
+        for x in f {
+            assert!(!x.finding.contains(" 0/0"), "{}", x.finding);
+            assert_ne!(x.lsn, Some(Lsn(0)), "{x:?}");
+        }
+    }
+
+    #[test]
+    fn a_standby_judges_the_primarys_transactions_by_what_it_replayed() {
+        let mut s = creating();
+        s.in_creation = false;
+        s.confirmed_flush = Some(Lsn(0x1800));
+        s.catalog_xmin = 640;
+        let b = BuilderFacts {
+            state: Some(SnapBuildState::Consistent),
+            last_running: Some((Lsn(0x1c00), running(990, &[650], &[]))),
+            oldest_txn: Some((650, Lsn(0x1100))),
+            replayed_to: Lsn(0x2000),
+            ..Default::default()
+        };
+        // No holder in the standby's pg_locks; its KnownAssignedXids list 650.
+        let srv = ServerFacts {
+            in_progress: vec![650],
+            running: vec![650],
+            ..standby_server()
+        };
+        let f = diagnose(&s, Some(&b), &srv, &[]);
+        assert_eq!(
+            kinds(&f),
+            vec![
+                "restart_lsn held",
+                "catalog_xmin held",
+                "catalog horizon",
+                "consumer lag",
+                "retained WAL"
+            ]
+        );
+        for r in &f[..2] {
+            assert!(
+                r.finding.contains("running on the primary"),
+                "{}",
+                r.finding
+            );
+            assert!(!r.finding.contains("no longer running"), "{}", r.finding);
+            let remedy = r.remedy.as_deref().unwrap();
+            assert!(
+                remedy.starts_with(
+                    "on the primary, find its holder: SELECT l.pid, a.application_name"
+                ),
+                "{remedy}"
+            );
+            assert!(remedy.contains("'650'::xid"), "{remedy}");
+            assert!(remedy.contains("confirm past that record"), "{remedy}");
+            assert!(r.backend.is_none());
+        }
+        let h = health(&s, Some(&b), &srv, &[]);
+        assert_eq!(h.oldest_blocking_pid, None);
+        // Its end replayed: ended as far as the standby knows, no catalog_xmin row.
+        let srv = ServerFacts {
+            in_progress: vec![],
+            running: vec![],
+            ..standby_server()
+        };
+        let f = diagnose(&s, Some(&b), &srv, &[]);
+        assert_eq!(kinds(&f)[..2], ["restart_lsn held", "catalog horizon"]);
+        assert!(
+            f[0].finding
+                .contains("no longer running on the primary as far as this standby knows"),
+            "{}",
+            f[0].finding
+        );
+        assert!(f[0]
+            .remedy
+            .as_deref()
+            .unwrap()
+            .starts_with("SELECT pg_log_standby_snapshot() on the primary"));
+    }
+
+    fn temporary_copy(last_skip: Option<SyncSkip>) -> SlotFacts {
+        SlotFacts {
+            name: "f".into(),
+            in_creation: false,
+            active_pid: None,
+            restart_lsn: Lsn(0x1000),
+            confirmed_flush: None,
+            catalog_xmin: 760,
+            synced: Some(SyncedCopy {
+                temporary: true,
+                last_skip,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_copy_kept_temporary_says_why_in_the_servers_terms() {
+        let skip = SyncSkip {
+            at: 0,
+            reason: SyncSkipReason::RemoteBehind {
+                remote_restart_lsn: Lsn(0x1000),
+                remote_catalog_xmin: 754,
+                local_restart_lsn: Lsn(0x1000),
+                local_catalog_xmin: 760,
+            },
+        };
+        let s = temporary_copy(Some(skip));
+        let b = BuilderFacts {
+            state: Some(SnapBuildState::Consistent),
+            last_running: Some((Lsn(0x1c00), running(761, &[754], &[]))),
+            oldest_txn: Some((754, Lsn(0x1100))),
+            replayed_to: Lsn(0x2000),
+            ..Default::default()
+        };
+        // 754 runs on the primary (and a subtransaction of it, 755); 762 began later.
+        let srv = ServerFacts {
+            running: vec![762, 754, 755],
+            in_progress: vec![754, 755, 762],
+            ..standby_server()
+        };
+        assert_eq!(wanted_xids(&s, Some(&b), &srv), vec![754, 755]);
+        let f = diagnose(&s, Some(&b), &srv, &[]);
+        assert_eq!(
+            kinds(&f),
+            vec![
+                "sync pending",
+                "sync pending",
+                "sync pending",
+                "catalog horizon",
+                "retained WAL"
+            ]
+        );
+        assert_no_zero_lsn(&f);
+        assert!(
+            f[0].finding.contains(
+                "the remote slot needs WAL at LSN 0/1000 and catalog xmin 754, but the standby has LSN 0/1000 and catalog xmin 760 (its catalog_xmin 754 is older than 760)"
+            ),
+            "{}",
+            f[0].finding
+        );
+        assert_eq!((f[0].lsn, f[0].xid), (Some(Lsn(0x1000)), Some(760)));
+        assert!(f[0]
+            .remedy
+            .as_deref()
+            .unwrap()
+            .contains("WHERE slot_name = 'f'"));
+        assert_eq!(f[1].xid, Some(754));
+        assert!(
+            f[1].finding.contains("running on the primary"),
+            "{}",
+            f[1].finding
+        );
+        assert!(f[1].remedy.as_deref().unwrap().contains("'754'::xid"));
+        let h = health(&s, Some(&b), &srv, &[]);
+        assert!(h.sync_pending);
+        assert_eq!(h.waiting_xids, 2);
+        assert_eq!(h.confirmed_flush_lag_bytes, None);
+        assert_eq!(h.releasable_bytes, None);
+        // 754 has ended here (the consumer on the primary has not confirmed yet): still
+        // pending, never healthy.
+        let srv = ServerFacts {
+            running: vec![762],
+            in_progress: vec![762],
+            ..standby_server()
+        };
+        let f = diagnose(&s, Some(&b), &srv, &[]);
+        assert_eq!(
+            kinds(&f),
+            vec!["sync pending", "catalog horizon", "retained WAL"]
+        );
+        // Without the log line: the reserved positions, and that the remote ones are on
+        // the primary.
+        let f = diagnose(&temporary_copy(None), Some(&b), &srv, &[]);
+        assert!(f[0]
+            .finding
+            .contains("at least 0/1000 and its catalog_xmin at least 760"));
+        assert!(f[0]
+            .finding
+            .contains("the remote positions are on the primary"));
+    }
+
+    #[test]
+    fn a_copy_advanced_without_a_consistent_snapshot_names_what_its_decoder_waits_for() {
+        let mut s = temporary_copy(Some(SyncSkip {
+            at: 0,
+            reason: SyncSkipReason::NoConsistentSnapshot {
+                restart_lsn: Lsn(0x1000),
+            },
+        }));
+        s.confirmed_flush = Some(Lsn(0x1900));
+        let b = BuilderFacts {
+            state: Some(SnapBuildState::BuildingSnapshot),
+            next_phase_at: 800,
+            last_running: Some((Lsn(0x1800), running(801, &[790], &[]))),
+            replayed_to: Lsn(0x2000),
+            ..Default::default()
+        };
+        let srv = ServerFacts {
+            running: vec![790],
+            in_progress: vec![790],
+            ..standby_server()
+        };
+        let f = diagnose(&s, Some(&b), &srv, &[]);
+        assert_eq!(
+            kinds(&f),
+            vec![
+                "sync pending",
+                "waiting for primary transaction",
+                "catalog horizon",
+                "consumer lag",
+                "retained WAL"
+            ]
+        );
+        assert!(f[0]
+            .finding
+            .contains("could not build a consistent snapshot to decode WAL at LSN 0/1000"));
+        assert!(
+            f[0].finding.contains("in BUILDING_SNAPSHOT"),
+            "{}",
+            f[0].finding
+        );
+        assert!(
+            f[1].finding
+                .starts_with("the copy's decoder waits for xid 790"),
+            "{}",
+            f[1].finding
+        );
+        assert_eq!(health(&s, Some(&b), &srv, &[]).waiting_xids, 1);
+    }
+
+    #[test]
+    fn a_persistent_copy_is_synchronized_and_has_no_consumer_here() {
+        let mut s = temporary_copy(None);
+        s.synced = Some(SyncedCopy {
+            temporary: false,
+            last_skip: None,
+        });
+        s.confirmed_flush = Some(Lsn(0x1800));
+        let b = BuilderFacts {
+            state: Some(SnapBuildState::Consistent),
+            last_running: Some((Lsn(0x1c00), running(990, &[], &[]))),
+            replayed_to: Lsn(0x2000),
+            forecasts: vec![],
+            ..Default::default()
+        };
+        let f = diagnose(&s, Some(&b), &standby_server(), &[]);
+        assert_eq!(
+            kinds(&f),
+            vec![
+                "synchronized",
+                "catalog horizon",
+                "consumer lag",
+                "retained WAL",
+                "healthy"
+            ]
+        );
+        assert!(f[2]
+            .finding
+            .contains("the primary slot's, as last synchronized"));
+        assert!(!health(&s, Some(&b), &standby_server(), &[]).sync_pending);
+    }
+
+    #[test]
+    fn a_slot_without_confirmed_flush_shows_no_lag_and_no_0_0() {
+        let mut s = creating();
+        s.in_creation = false;
+        s.confirmed_flush = None;
+        s.active_pid = None;
+        s.candidate_restart_valid = Lsn(0x1c80);
+        s.candidate_restart_lsn = Lsn(0x1c00);
+        let b = BuilderFacts {
+            state: Some(SnapBuildState::Consistent),
+            last_running: Some((Lsn(0x1c00), running(990, &[], &[]))),
+            replayed_to: Lsn(0x2000),
+            ..Default::default()
+        };
+        let f = diagnose(&s, Some(&b), &server(18), &[]);
+        assert!(!kinds(&f).contains(&"consumer lag"), "{:?}", kinds(&f));
+        assert_no_zero_lsn(&f);
+        assert_eq!(
+            health(&s, Some(&b), &server(18), &[]).confirmed_flush_lag_bytes,
+            None
+        );
     }
 }

@@ -738,6 +738,11 @@ impl ReorderModel {
         v
     }
 
+    /// Every transaction held, top-level and subtransactions, in no particular order.
+    pub fn xids(&self) -> Vec<TransactionId> {
+        self.txns.keys().copied().collect()
+    }
+
     /// Number of transactions held (for memory accounting in traces).
     pub fn len(&self) -> usize {
         self.txns.len()
