@@ -125,6 +125,9 @@ for m in $MAJORS; do
         summary+=("SKIP  pg$m: pg_regress, multi-session tests (no cluster)")
     fi
 done
+# the .deb on Debian's packaged PostgreSQL 15 (apt), its own cluster on port 55815; skipped without apt
+stage "debian: postgresql-15 from apt + the .deb, pg_regress, a hung creation (scripts/debian_stage.sh)" \
+    timeout -k 30 900 "$ROOT/scripts/debian_stage.sh"
 if [ "${PGSNAP_MINORS:-}" = all ]; then
     for v in $(older_minors); do   # the build of the major, copied by setup.sh
         rm -rf "$W/pg$v"
