@@ -1,4 +1,4 @@
-//! `snapbuild_diagnose` against the server (issue 10): a slot creation hangs on a
+//! `snapbuild_diagnose` against the server: a slot creation hangs on a
 //! transaction; the diagnosis must name what holds it, and the server must prove the
 //! name right: ending a session the diagnosis does not name leaves the creation waiting,
 //! ending the one it names lets the creation return within seconds.

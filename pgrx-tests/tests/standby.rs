@@ -1317,11 +1317,17 @@ fn look_at_copy(
 ) -> Option<Seen> {
     let before = synced_copy(sc, slot)?;
     let rows = trace_ok(sc, slot);
+    let d = diag_rows(sc, slot);
     let after = synced_copy(sc, slot)?;
     if after != before {
         return None;
     }
     let (temporary, restart, confirmed, catalog_xmin, _) = before;
+    assert_no_zero_lsn(&d);
+    assert!(
+        !temporary || !d.iter().any(|r| r.kind == "healthy"),
+        "a temporary copy is never healthy:\n{d:#?}"
+    );
     let replayed = replay_lsn(sc);
     *stats += check_trace_against_wal(sc, restart, replayed, &rows);
     let start = rows[0].message.clone().unwrap_or_default();
@@ -1347,6 +1353,7 @@ fn look_at_copy(
                 !logged("is sync-ready now").is_empty(),
                 "the standby logged the copy sync-ready"
             );
+            assert_eq!(d[0].kind, "synchronized", "{d:#?}");
             Seen::Persistent
         }
         (true, 0) => {
@@ -1372,6 +1379,9 @@ fn look_at_copy(
             if !said {
                 return None;
             }
+            assert_eq!(d[0].kind, "sync pending", "{d:#?}");
+            assert_eq!(d[0].lsn.as_deref(), Some(fmt_lsn(restart).as_str()));
+            assert_eq!(d[0].xid, Some(catalog_xmin));
             Seen::RemoteBehind
         }
         (true, _) => {
@@ -1385,6 +1395,15 @@ fn look_at_copy(
             );
             let lines = logged("could not synchronize");
             assert!(!lines.is_empty(), "the standby logged why");
+            assert_eq!(d[0].kind, "sync pending", "{d:#?}");
+            assert!(
+                d[0].finding.contains(&format!(
+                    "advanced it to the remote confirmed_flush {}",
+                    fmt_lsn(confirmed)
+                )),
+                "{}",
+                d[0].finding
+            );
             if env.major >= 18 {
                 assert!(
                     lines.iter().any(|e| e
@@ -1625,6 +1644,16 @@ fn st9_synced_slot_after_promotion() {
         )
         .unwrap()
         .get(0);
+    // After the promotion the copy is an ordinary slot: no synchronization rows, and
+    // (no consumer uses it) the diagnosis says so.
+    let d = diag_rows(&mut sc, slot);
+    assert!(
+        !d.iter()
+            .any(|r| r.kind == "synchronized" || r.kind == "sync pending"),
+        "{d:#?}"
+    );
+    assert!(d.iter().any(|r| r.kind == "no consumer"), "{d:#?}");
+    assert_no_zero_lsn(&d);
     let upto = flush_lsn(&mut sc);
     let ss = server_slot(&mut sc, slot);
     let rows = trace_ok(&mut sc, slot);
@@ -1659,4 +1688,433 @@ fn st9_synced_slot_after_promotion() {
     env.connect("pgsnap-st9")
         .batch_execute("DROP TABLE pgsnap_st9_t")
         .unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// st11 / st12: a transaction of the primary holds a slot of a standby (st12: of a
+// cascading standby); the diagnosis there names it as running on the primary, its query
+// run on the primary finds the session, and ending it (then a RUNNING_XACTS and a
+// confirm) moves the slot as the forecast says
+// ---------------------------------------------------------------------------------------
+
+/// One row of `snapbuild_diagnose` with the columns these checks read.
+#[derive(Debug)]
+struct DiagRow {
+    kind: String,
+    xid: Option<u64>,
+    lsn: Option<String>,
+    forecast_catalog_xmin: Option<u64>,
+    finding: String,
+    remedy: Option<String>,
+}
+
+fn diag_rows(c: &mut Client, slot: &str) -> Vec<DiagRow> {
+    c.query(
+        "SELECT kind, xid::text, lsn::text, forecast_catalog_xmin::text, finding, remedy \
+         FROM snapbuild_diagnose($1)",
+        &[&slot],
+    )
+    .unwrap_or_else(|e| panic!("snapbuild_diagnose({slot}): {}", err_text(&e)))
+    .iter()
+    .map(|r| DiagRow {
+        kind: r.get(0),
+        xid: r.get::<_, Option<String>>(1).map(|x| x.parse().unwrap()),
+        lsn: r.get(2),
+        forecast_catalog_xmin: r.get::<_, Option<String>>(3).map(|x| x.parse().unwrap()),
+        finding: r.get(4),
+        remedy: r.get(5),
+    })
+    .collect()
+}
+
+/// No row shows 0/0 for a position the server does not have.
+fn assert_no_zero_lsn(d: &[DiagRow]) {
+    for r in d {
+        assert_ne!(r.lsn.as_deref(), Some("0/0"), "{r:#?}");
+        assert!(!r.finding.contains(" 0/0"), "{r:#?}");
+    }
+}
+
+/// The 32-bit xid of a full one (the diagnosis's `xid` column).
+fn xid32(full: u64) -> u64 {
+    full & 0xffff_ffff
+}
+
+/// `pg_xact_status` of `full` on the node `c` is connected to: the server's own word.
+fn xact_status(c: &mut Client, full: u64) -> String {
+    c.query_one(
+        "SELECT pg_xact_status($1::text::xid8)",
+        &[&full.to_string()],
+    )
+    .unwrap()
+    .get(0)
+}
+
+fn held_by_a_primary_transaction(
+    test: &str,
+    where_: &str,
+    env: &Env,
+    pc: &mut Client,
+    node: &Standby,
+    nc: &mut Client,
+) {
+    let slot = &format!("pgsnap_{test}");
+    let t = &format!("pgsnap_{test}_t");
+    let _guard = SlotGuard::new(&node.env, slot);
+    pc.batch_execute(&format!(
+        "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int)"
+    ))
+    .unwrap();
+    node.wait_replayed(pc);
+    create_on_standby(env, node, pc, slot);
+    // A RUNNING_XACTS on the primary, replayed here, then the consumer here confirms.
+    let round = |pc: &mut Client, nc: &mut Client, v: &str| {
+        env.log_standby_snapshot_flushed(pc, t, v);
+        node.wait_replayed(pc);
+        consume_changes(nc, slot);
+    };
+    for _ in 0..3 {
+        round(pc, nc, "0");
+    }
+    let mut x = OpenXact::begin(env, &format!("pgsnap-{test}-x"));
+    x.exec(&format!("INSERT INTO {t} VALUES (1)"));
+    for _ in 0..3 {
+        round(pc, nc, "0");
+    }
+    // What the server itself says of x on this node.
+    assert_eq!(
+        xact_status(nc, x.xid),
+        "in progress",
+        "pg_xact_status on the {where_}"
+    );
+    let d = diag_rows(nc, slot);
+    assert_no_zero_lsn(&d);
+    let held: Vec<&DiagRow> = d.iter().filter(|r| r.kind == "restart_lsn held").collect();
+    assert_eq!(held.len(), 1, "{d:#?}");
+    let h = held[0];
+    assert_eq!(h.xid, Some(xid32(x.xid)), "{d:#?}");
+    assert!(
+        h.finding.contains("running on the primary") && !h.finding.contains("no longer running"),
+        "x runs on the primary: {}",
+        h.finding
+    );
+    let mut pids_found = 0;
+    for r in d
+        .iter()
+        .filter(|r| matches!(r.kind.as_str(), "restart_lsn held" | "catalog_xmin held"))
+        .filter(|r| r.xid == Some(xid32(x.xid)))
+    {
+        assert!(
+            r.finding.contains("running on the primary"),
+            "{}",
+            r.finding
+        );
+        let remedy = r.remedy.as_deref().unwrap();
+        assert_eq!(
+            pid_by_remedy(pc, remedy),
+            Some(x.pid),
+            "the remedy's query, run on the primary, finds x's session: {remedy}"
+        );
+        pids_found += 1;
+    }
+    let fc: Vec<&DiagRow> = d
+        .iter()
+        .filter(|r| r.kind == "forecast" && r.xid == Some(xid32(x.xid)))
+        .collect();
+    assert_eq!(fc.len(), 1, "one forecast for x:\n{d:#?}");
+    let fc = fc[0];
+    assert!(
+        fc.finding
+            .starts_with(&format!("when xid {} ends", xid32(x.xid))),
+        "x has not ended: {}",
+        fc.finding
+    );
+    assert!(
+        fc.remedy.as_deref().unwrap().contains("on the primary"),
+        "{:?}",
+        fc.remedy
+    );
+    // The health view names no pid of this node for a transaction of the primary.
+    let blocking: Option<i32> = nc
+        .query_one(
+            "SELECT oldest_blocking_pid FROM snapbuild_slot_health WHERE slot_name = $1",
+            &[slot],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(blocking, None);
+    let before = server_slot(nc, slot);
+    let two_rounds = fc.finding.contains("next two RUNNING_XACTS");
+
+    // The remedy: x ends on the primary, a RUNNING_XACTS is logged, the consumer confirms.
+    let ended_at = x.insert_lsn();
+    let x_full = x.xid;
+    x.commit();
+    round(pc, nc, "2");
+    if two_rounds {
+        round(pc, nc, "3");
+    }
+    assert_eq!(xact_status(nc, x_full), "committed");
+    let after = server_slot(nc, slot);
+    let to = flush_lsn(nc);
+    let first = wal_running_xacts(nc, ended_at, to)
+        .into_iter()
+        .next()
+        .expect("a RUNNING_XACTS after x's commit, replayed here");
+    let want_restart = fc.lsn.as_deref().map(parse_lsn).unwrap_or(first.start);
+    assert_eq!(
+        fmt_lsn(after.restart_lsn),
+        fmt_lsn(want_restart),
+        "restart_lsn after x ended vs the forecast ({}); before {}",
+        fc.finding,
+        fmt_lsn(before.restart_lsn)
+    );
+    let want_catalog = fc.forecast_catalog_xmin.unwrap_or(first.oldest_running_xid);
+    assert_eq!(
+        after.catalog_xmin,
+        Some(want_catalog),
+        "catalog_xmin after x ended vs the forecast ({})",
+        fc.finding
+    );
+    // Nothing of x is left in the diagnosis.
+    let d = diag_rows(nc, slot);
+    assert!(
+        !d.iter().any(|r| r.xid == Some(xid32(x_full))
+            && matches!(
+                r.kind.as_str(),
+                "restart_lsn held" | "catalog_xmin held" | "forecast"
+            )),
+        "{d:#?}"
+    );
+    println!(
+        "pgsnap-counts: {test} PG{} ({where_}): x={} running per pg_xact_status and the diagnosis, {pids_found} remedy queries found its pid on the primary; after it ended restart_lsn {} -> {} and catalog_xmin {:?} -> {:?} as forecast{}",
+        env.major,
+        xid32(x_full),
+        fmt_lsn(before.restart_lsn),
+        fmt_lsn(after.restart_lsn),
+        before.catalog_xmin,
+        after.catalog_xmin,
+        if two_rounds { " (two rounds)" } else { "" }
+    );
+}
+
+#[test]
+fn st11_primary_transaction_holds_a_standby_slot() {
+    let Some((_g, env, mut pc, sb, mut sc)) = start_on_standby("st11") else {
+        return;
+    };
+    held_by_a_primary_transaction("st11", "standby", &env, &mut pc, &sb, &mut sc);
+}
+
+#[test]
+fn st12_primary_transaction_holds_a_cascading_standby_slot() {
+    let Some((_g, env, mut pc, sb, _sc)) = start_on_standby("st12") else {
+        return;
+    };
+    if env.major != 18 {
+        println!("SKIPPED: st12: the cascading standby's case runs on PostgreSQL 18 only");
+        return;
+    }
+    let cs = sb.cascade();
+    let mut cc = cs.connect("pgsnap-st12");
+    held_by_a_primary_transaction("st12", "cascading standby", &env, &mut pc, &cs, &mut cc);
+}
+
+// ---------------------------------------------------------------------------------------
+// st13: a synced copy kept temporary while a transaction of the primary runs: the
+// diagnosis gives the positions the slot sync worker logs, names the transaction, never
+// says healthy, shows no 0/0; following its remedy makes the copy persistent
+// ---------------------------------------------------------------------------------------
+
+/// The two (LSN, catalog xmin) pairs of a `could not synchronize` DETAIL: the remote
+/// slot's, then the standby's.
+fn skip_pairs(detail: &str) -> Option<((u64, u64), (u64, u64))> {
+    let mut lsns = Vec::new();
+    let mut xmins = Vec::new();
+    for w in detail.split([' ', ',', '(', ')']) {
+        let w = w.trim_end_matches('.');
+        if w.contains('/') && w.chars().all(|c| c.is_ascii_hexdigit() || c == '/') {
+            lsns.push(parse_lsn(w));
+        }
+    }
+    let mut rest = detail;
+    while let Some(p) = rest.find("catalog xmin ") {
+        rest = &rest[p + 13..];
+        let n: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        xmins.push(n.parse().ok()?);
+    }
+    match (lsns.as_slice(), xmins.as_slice()) {
+        ([a, l], [x, y]) => Some(((*a, *x), (*l, *y))),
+        _ => None,
+    }
+}
+
+#[test]
+fn st13_synced_copy_kept_temporary_by_a_primary_transaction() {
+    let Some((_g, env, mut pc, sb, mut sc)) = start_synced("st13") else {
+        return;
+    };
+    let slot = "pgsnap_st13";
+    let _ga = SlotGuard::new(&env, slot);
+    pc.batch_execute("DROP TABLE IF EXISTS pgsnap_st13_t; CREATE TABLE pgsnap_st13_t (id int)")
+        .unwrap();
+    sb.wait_replayed(&mut pc);
+    let off = log_offset(&sb.env);
+    sc.batch_execute("ALTER SYSTEM SET sync_replication_slots = on")
+        .unwrap();
+    sc.batch_execute("SELECT pg_reload_conf()").unwrap();
+    let _off = SyncWorkerOff(&sb);
+    wait_for("the slot sync worker to start", WAIT, || {
+        sc.query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'slotsync worker'",
+            &[],
+        )
+        .unwrap()
+        .get::<_, i64>(0)
+            == 1
+    });
+    pc.execute(
+        "SELECT pg_create_logical_replication_slot($1, 'test_decoding')",
+        &[&slot],
+    )
+    .unwrap();
+    // x writes and stays open on the primary; the slot's consumer there confirms past a
+    // RUNNING_XACTS that lists it (the primary's catalog_xmin is then held at x); a later
+    // transaction commits (the standby's next xid passes x); then the slot becomes a
+    // failover slot: the standby reserves a catalog_xmin after x for its copy.
+    let mut x = OpenXact::begin(&env, "pgsnap-st13-x");
+    x.exec("INSERT INTO pgsnap_st13_t VALUES (1)");
+    settle(&env, &mut pc, slot);
+    pc.batch_execute("INSERT INTO pgsnap_st13_t VALUES (2)")
+        .unwrap();
+    env.log_standby_snapshot(&mut pc);
+    assert_eq!(
+        server_slot(&mut pc, slot).catalog_xmin,
+        Some(xid32(x.xid)),
+        "the primary's slot is held at x"
+    );
+    set_failover(&env, slot);
+    sb.wait_replayed(&mut pc);
+    // The worker keeps the copy temporary and says why, with the copy's positions.
+    let mut said = None;
+    wait_for("the worker to log why the copy is temporary", WAIT, || {
+        let Some((true, l, 0, y, _)) = synced_copy(&mut sc, slot) else {
+            return false;
+        };
+        said = log_entries_since(&sb.env, off)
+            .into_iter()
+            .filter(|e| {
+                e.message.contains(&format!("\"{slot}\""))
+                    && e.message.starts_with("could not sync")
+            })
+            .filter_map(|e| skip_pairs(e.detail.as_deref()?))
+            .filter(|(_, standby)| *standby == (l, y))
+            .last();
+        said.is_some()
+    });
+    let ((a, rx), (l, y)) = said.unwrap();
+    assert!(
+        y > xid32(x.xid),
+        "the copy's catalog_xmin {y} is after x {}",
+        x.xid
+    );
+    assert_eq!(xact_status(&mut sc, x.xid), "in progress");
+    let x32 = xid32(x.xid);
+    let check_pending = |sc: &mut Client, x_running: bool| {
+        let d = diag_rows(sc, slot);
+        assert_no_zero_lsn(&d);
+        assert_eq!(d[0].kind, "sync pending", "{d:#?}");
+        assert_eq!(d[0].lsn.as_deref(), Some(fmt_lsn(l).as_str()));
+        assert_eq!(d[0].xid, Some(y));
+        let pairs = format!(
+            "the remote slot needs WAL at LSN {} and catalog xmin {rx}, but the standby has LSN {} and catalog xmin {y}",
+            fmt_lsn(a),
+            fmt_lsn(l)
+        );
+        assert!(d[0].finding.contains(&pairs), "{pairs}:\n{}", d[0].finding);
+        for k in ["healthy", "consumer lag", "no consumer", "forecast"] {
+            assert!(
+                !d.iter().any(|r| r.kind == k),
+                "no {k} row for a temporary copy:\n{d:#?}"
+            );
+        }
+        let named: Vec<&DiagRow> = d
+            .iter()
+            .filter(|r| r.kind == "sync pending" && r.xid == Some(x32))
+            .collect();
+        assert_eq!(named.len(), usize::from(x_running), "{d:#?}");
+        let (state, lag): (Option<String>, Option<i64>) = sc
+            .query_one(
+                "SELECT state, confirmed_flush_lag_bytes FROM snapbuild_slot_health WHERE slot_name = $1",
+                &[&slot],
+            )
+            .map(|r| (r.get(0), r.get(1)))
+            .unwrap();
+        assert_eq!(state.as_deref(), Some("sync pending"));
+        assert_eq!(lag, None, "no confirmed_flush: no lag");
+        let cf: Option<String> = sc
+            .query_one(
+                "SELECT confirmed_flush::text FROM snapbuild_slots() WHERE slot_name = $1",
+                &[&slot],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(cf, None);
+        named.first().map(|r| r.remedy.clone().unwrap())
+    };
+    let remedy = check_pending(&mut sc, true).unwrap();
+    assert_eq!(
+        pid_by_remedy(&mut pc, &remedy),
+        Some(x.pid),
+        "the remedy's query, run on the primary, finds x's session: {remedy}"
+    );
+    // The remedy, first half: x ends. The server keeps the copy temporary until the
+    // slot's consumer on the primary confirms; the diagnosis still says so.
+    let x_full = x.xid;
+    x.commit();
+    sb.wait_replayed(&mut pc);
+    std::thread::sleep(Duration::from_secs(1));
+    let before = synced_copy(&mut sc, slot).expect("the copy");
+    assert!(before.0, "still temporary before the consumer confirms");
+    check_pending(&mut sc, false);
+    assert_eq!(xact_status(&mut sc, x_full), "committed");
+    // Second half: the consumer on the primary confirms past RUNNING_XACTS records
+    // logged after x ended; the worker persists the copy.
+    let mut persistent = false;
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_secs(90) && !persistent {
+        settle(&env, &mut pc, slot);
+        sb.wait_replayed(&mut pc);
+        for _ in 0..20 {
+            if synced_copy(&mut sc, slot).is_some_and(|c| !c.0) {
+                persistent = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+    assert!(persistent, "the copy became persistent after the remedy");
+    let d = diag_rows(&mut sc, slot);
+    assert_eq!(d[0].kind, "synchronized", "{d:#?}");
+    assert!(!d.iter().any(|r| r.kind == "sync pending"), "{d:#?}");
+    let state: Option<String> = sc
+        .query_one(
+            "SELECT state FROM snapbuild_slot_health WHERE slot_name = $1",
+            &[&slot],
+        )
+        .unwrap()
+        .get(0);
+    assert_ne!(state.as_deref(), Some("sync pending"));
+    println!(
+        "pgsnap-counts: st13 PG{}: copy kept temporary at LSN {} catalog xmin {y} (remote {} / {rx}, = the worker's DETAIL); x={} named with its pid on the primary; persistent after x ended and the consumer confirmed",
+        env.major,
+        fmt_lsn(l),
+        fmt_lsn(a),
+        xid32(x_full)
+    );
+    drop(_off);
+    drop(_ga);
+    sb.wait_replayed(&mut pc);
+    let _ = sc.batch_execute("SELECT pg_sync_replication_slots()");
+    pc.batch_execute("DROP TABLE pgsnap_st13_t").unwrap();
 }
