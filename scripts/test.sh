@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # README command 2: every test, on PostgreSQL 18, 17, 16, 15 and 14.
-#   setup.sh; cargo test -p snapbuild-core; a short fuzz pass (scripts/fuzz.sh); then per major: cargo pgrx test, pg_regress against a
+#   setup.sh; cargo test -p snapbuild-core; the monitoring kit's check (no server); a short fuzz pass (scripts/fuzz.sh); then per major: cargo pgrx test, pg_regress against a
 #   throw-away cluster (scripts/cluster.sh), the multi-session tests (pgrx-tests/), cluster stop; on 18 a
 #   90 s soak (scripts/soak.sh 90: fails on a crash or an undocumented SQLSTATE).
 # Prints one summary line per stage; exits non-zero if any stage failed.
@@ -112,6 +112,7 @@ multi_session() ( # MAJOR: pgrx-tests/ (pg_snapbuild_tests) with the cluster's e
 stage "setup" "$ROOT/scripts/setup.sh" || exit
 stage "META.json version = Cargo.toml version" meta_version
 stage "core: cargo test -p snapbuild-core" cargo test -p snapbuild-core
+stage "monitoring kit: cargo test -p pg_snapbuild_tests --test monitoring" cargo test -p pg_snapbuild_tests --test monitoring
 stage "core: fuzz, short pass (scripts/fuzz.sh 500000)" timeout -k 10 240 "$ROOT/scripts/fuzz.sh" 500000
 for m in $MAJORS; do
     stage "pg$m: cargo pgrx test" pgrx_test "$m"
