@@ -57,7 +57,12 @@ unix_socket_directories = '$SOCK'
 log_line_prefix = '%m [%p] '
 fsync = off
 EOF
-    as_pg "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null \
+    # The server's modules that link libpq (dblink, postgres_fdw, the walreceiver) must
+    # load this release's libpq, not an older one the system has (17's dblink needs
+    # libpq 17's PQcancelStart).
+    LIBS=
+    [ -e "$ROOT/.pg/$version/lib/libpq.so.5" ] && LIBS=$ROOT/.pg/$version/lib
+    as_pg env ${LIBS:+LD_LIBRARY_PATH=$LIBS} "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null \
         || { echo "cluster pg$version failed to start; tail of $LOG:" >&2; tail -n 30 "$LOG" >&2; exit 1; }
     echo "cluster pg$version started on 127.0.0.1:$PORT (log: $LOG)"
     ;;

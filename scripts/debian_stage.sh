@@ -3,7 +3,7 @@
 #   1. apt: postgresql-15 and postgresql-server-dev-15 (its pg_config and server headers)
 #   2. scripts/package.sh 15 --pg-config /usr/lib/postgresql/15/bin/pg_config (the .deb, built
 #      against Debian's headers; ~/.pgrx/config.toml is not changed), then dpkg -i
-#   3. pg_createcluster 15 snapbuild_ci -p 55815 (wal_level = logical, log_timezone = UTC, trust for
+#   3. pg_createcluster 15 snapbuild_ci -p 55815 (wal_level = logical, log_timezone = Europe/Berlin, trust for
 #      local and 127.0.0.1), pg_ctlcluster start: the log is pg_ctlcluster's stderr redirection to
 #      /var/log/postgresql/postgresql-15-snapbuild_ci.log, no logging collector
 #   4. pg_regress over pgrx-tests/regress (schedule-15) against it
@@ -104,8 +104,8 @@ max_replication_slots = 20
 max_wal_senders = 20
 max_prepared_transactions = 10
 listen_addresses = '127.0.0.1'
-# pg_createcluster sets the machine's zone; the log's times are read in UTC/GMT or a numeric zone
-log_timezone = 'UTC'
+# a zone with a named abbreviation (CET/CEST): the log's times must be read in it
+log_timezone = 'Europe/Berlin'
 EOF
 $SUDO tee "$conf/pg_hba.conf" >/dev/null <<'EOF'
 # the test cluster of scripts/debian_stage.sh: trust, local and 127.0.0.1 only

@@ -706,7 +706,7 @@ fn server_log(d: &[u8]) -> bool {
         let line = line.trim_end_matches('\r');
         events.extend(stderr.line(line));
         events.extend(csv.line(line));
-        events.extend(parse_json_line(line));
+        events.extend(parse_json_line(line, &Default::default()));
         let _ = (
             leading_timestamp(line),
             message_lsn(line),

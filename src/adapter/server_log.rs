@@ -13,7 +13,7 @@
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::PathBuf;
 
-use snapbuild_core::server_log::{parse_json_line, CsvParser, LogEvent, StderrParser};
+use snapbuild_core::server_log::{parse_json_line, CsvParser, LogEvent, StderrParser, ZoneNames};
 
 /// `pg_snapbuild.server_log_max_mb`: how much of the log's newest part is read (MB; 0:
 /// the log is not read, and the verdicts that need it stay undecided). Default 256.
@@ -131,6 +131,7 @@ pub fn events(mut check: impl FnMut()) -> Result<(PathBuf, Vec<LogEvent>), Strin
         return Err("pg_snapbuild.server_log_max_mb is 0: the server log is not read".into());
     }
     let (path, format, collector) = locate()?;
+    let zones = zone_names();
     let mut out = Vec::new();
     let mut n = 0u64;
     for (file, skip) in files_to_read(&path, collector, limit) {
@@ -140,8 +141,8 @@ pub fn events(mut check: impl FnMut()) -> Result<(PathBuf, Vec<LogEvent>), Strin
                 .map_err(|e| format!("{}: {e}", file.display()))?;
         }
         let mut reader = BufReader::new(f.take(limit));
-        let mut stderr = StderrParser::default();
-        let mut csv = CsvParser::default();
+        let mut stderr = StderrParser::with_zones(zones.clone());
+        let mut csv = CsvParser::with_zones(zones.clone());
         let mut buf = Vec::new();
         let mut first = skip > 0;
         loop {
@@ -163,12 +164,52 @@ pub fn events(mut check: impl FnMut()) -> Result<(PathBuf, Vec<LogEvent>), Strin
             match format {
                 Format::Stderr => out.extend(stderr.line(line)),
                 Format::Csv => out.extend(csv.line(line)),
-                Format::Json => out.extend(parse_json_line(line)),
+                Format::Json => out.extend(parse_json_line(line, &zones)),
             }
         }
         out.extend(stderr.finish());
     }
     Ok((path, out))
+}
+
+/// The zone abbreviations the log's timestamps may carry: `log_timezone`'s own (now), then
+/// the server's abbreviation table (`pg_timezone_abbrevs`, which holds the other half of
+/// a zone's daylight-saving pair). Empty if the catalog cannot be read; then only UTC,
+/// GMT and numeric zones are read.
+fn zone_names() -> ZoneNames {
+    // Read-only SPI (`select`): no xid is assigned, which a standby could not do.
+    let rows = pgrx::Spi::connect(|c| {
+        let zone = c
+            .select(
+                "SELECT pg_catalog.current_setting('log_timezone')",
+                Some(1),
+                &[],
+            )?
+            .first()
+            .get_one::<String>()?
+            .unwrap_or_default();
+        let bare = zone.strip_prefix("Etc/").unwrap_or(&zone);
+        if ["UTC", "GMT", "UCT", "Universal", "Zulu", "Greenwich"].contains(&bare) {
+            return Ok(Vec::new()); // its lines say UTC or GMT
+        }
+        let t = c.select(
+            "SELECT abbrev, extract(epoch FROM utc_offset)::int8, 0 AS o FROM pg_catalog.pg_timezone_names
+              WHERE name = pg_catalog.current_setting('log_timezone')
+             UNION ALL
+             SELECT abbrev, extract(epoch FROM utc_offset)::int8, 1 FROM pg_catalog.pg_timezone_abbrevs
+             ORDER BY o",
+            None,
+            &[],
+        )?;
+        let mut out = Vec::new();
+        for r in t {
+            if let (Some(a), Some(o)) = (r.get::<String>(1)?, r.get::<i64>(2)?) {
+                out.push((a, o));
+            }
+        }
+        Ok::<_, pgrx::spi::Error>(out)
+    });
+    ZoneNames(rows.unwrap_or_default())
 }
 
 /// A file's modification time in milliseconds since the epoch.

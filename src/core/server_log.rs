@@ -12,7 +12,8 @@
 //! `… read-only connections` on a standby) ends every decoder.
 //!
 //! Only the stderr format with a leading timestamp in `log_line_prefix` (`%m`, `%t`, the
-//! default `%m [%p] `) in UTC/GMT or a numeric zone, and the jsonlog format, are read;
+//! default `%m [%p] `) in UTC/GMT, a numeric zone or an abbreviation of [`ZoneNames`], and
+//! the csvlog and jsonlog formats, are read;
 //! messages must be untranslated (`lc_messages` C/en). Anything else gives no events,
 //! which leaves the verdicts that need them undecided.
 
@@ -364,10 +365,30 @@ pub fn format_ms(ms: i64) -> String {
     )
 }
 
+/// Time zone abbreviations a log may print (`CET`, `EST`…) with their offsets from UTC in
+/// seconds, as the server knows them (its `log_timezone`'s own abbreviation, then
+/// `pg_timezone_abbrevs`); the first entry of a name wins. UTC, GMT and numeric zones need
+/// none.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ZoneNames(pub Vec<(String, i64)>);
+
+impl ZoneNames {
+    /// The offset of abbreviation `name` (seconds east of UTC), if known.
+    pub fn offset(&self, name: &str) -> Option<i64> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, o)| *o)
+    }
+}
+
 /// A timestamp at the start of `s` as `%m`/`%t` print it (`2026-12-01 13:18:30.089 UTC`,
 /// `… 13:18:30 +03`): milliseconds since the epoch and the rest of the line, or `None`
-/// (no timestamp there, or a zone given by a name other than UTC/GMT).
+/// (no timestamp there, or a zone given by a name other than UTC/GMT:
+/// [`leading_timestamp_in`] reads those).
 pub fn leading_timestamp(s: &str) -> Option<(i64, &str)> {
+    leading_timestamp_in(s, &ZoneNames::default())
+}
+
+/// [`leading_timestamp`], with the zone abbreviations of `zones` read too.
+pub fn leading_timestamp_in<'a>(s: &'a str, zones: &ZoneNames) -> Option<(i64, &'a str)> {
     let b = s.as_bytes();
     if b.len() < 19 {
         return None;
@@ -417,7 +438,7 @@ pub fn leading_timestamp(s: &str) -> Option<(i64, &str)> {
             let mm: i64 = parts.get(1).map_or(Some(0), |p| p.parse().ok())?;
             sign * (hh * 3600 + mm * 60)
         }
-        _ => return None,
+        z => zones.offset(z)?,
     };
     let secs = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - offset_s;
     Some((secs * 1000 + ms, after))
@@ -475,9 +496,15 @@ enum Part {
 #[derive(Default)]
 pub struct StderrParser {
     open: Option<(String, Open, Part)>,
+    zones: ZoneNames,
 }
 
 impl StderrParser {
+    /// A parser that also reads the zone abbreviations of `zones` in timestamps.
+    pub fn with_zones(zones: ZoneNames) -> Self {
+        StderrParser { open: None, zones }
+    }
+
     /// Feeds one line (without its newline); returns the events it completes.
     pub fn line(&mut self, line: &str) -> Vec<LogEvent> {
         let mut out = Vec::new();
@@ -537,7 +564,7 @@ impl StderrParser {
             }
             out.extend(close(open));
         }
-        let Some((at_ms, _)) = leading_timestamp(line) else {
+        let Some((at_ms, _)) = leading_timestamp_in(line, &self.zones) else {
             return out;
         };
         // The severity tag after the prefix: the first `LOG:  ` or `DEBUG:  `.
@@ -624,7 +651,9 @@ fn close(open: Open) -> Option<LogEvent> {
 
 /// The event of one structured log entry (jsonlog, csvlog): its severity, `%m`-style
 /// time, pid, message, detail and statement.
+#[allow(clippy::too_many_arguments)]
 fn event_from_fields(
+    zones: &ZoneNames,
     severity: &str,
     timestamp: &str,
     pid: Option<i32>,
@@ -638,7 +667,7 @@ fn event_from_fields(
         "DEBUG" => LineLevel::Debug1,
         _ => return None,
     };
-    let (at_ms, _) = leading_timestamp(timestamp)?;
+    let (at_ms, _) = leading_timestamp_in(timestamp, zones)?;
     if let Some(rest) = msg
         .strip_prefix(INVALIDATING)
         .filter(|_| level == LineLevel::Log)
@@ -693,11 +722,12 @@ fn event_from_fields(
 }
 
 /// One jsonlog line (`log_destination = jsonlog`): its `timestamp`, `error_severity`,
-/// `pid`, `message`, `detail` and `statement`.
-pub fn parse_json_line(line: &str) -> Option<LogEvent> {
+/// `pid`, `message`, `detail` and `statement`; `zones` reads named zones in its timestamp.
+pub fn parse_json_line(line: &str, zones: &ZoneNames) -> Option<LogEvent> {
     let v: serde_json::Value = serde_json::from_str(line).ok()?;
     let text = |k: &str| v.get(k).and_then(|x| x.as_str());
     event_from_fields(
+        zones,
         text("error_severity")?,
         text("timestamp")?,
         v.get("pid").and_then(|p| p.as_i64()).map(|p| p as i32),
@@ -715,9 +745,18 @@ pub fn parse_json_line(line: &str) -> Option<LogEvent> {
 #[derive(Default)]
 pub struct CsvParser {
     record: String,
+    zones: ZoneNames,
 }
 
 impl CsvParser {
+    /// A parser that also reads the zone abbreviations of `zones` in timestamps.
+    pub fn with_zones(zones: ZoneNames) -> Self {
+        CsvParser {
+            record: String::new(),
+            zones,
+        }
+    }
+
     /// Feeds one line (without its newline); returns the event of a record it completes.
     pub fn line(&mut self, line: &str) -> Option<LogEvent> {
         if !self.record.is_empty() {
@@ -735,6 +774,7 @@ impl CsvParser {
         let f = csv_fields(&record);
         let field = |i: usize| f.get(i).map(String::as_str).filter(|s| !s.is_empty());
         event_from_fields(
+            &self.zones,
             field(11)?,
             field(0)?,
             field(3).and_then(|p| p.parse().ok()),
@@ -1324,6 +1364,28 @@ mod tests {
             500
         );
         assert!(leading_timestamp("2026-12-01 13:18:30.089 CET x").is_none());
+        // Named zones as the server's abbreviations give them.
+        let zones = ZoneNames(vec![("CET".into(), 3600), ("CEST".into(), 7200)]);
+        assert_eq!(
+            leading_timestamp_in("2026-12-01 14:18:30.089 CET x", &zones).unwrap(),
+            (1_796_131_110_089, "x")
+        );
+        assert_eq!(
+            leading_timestamp_in("2026-07-01 15:00:00 CEST x", &zones)
+                .unwrap()
+                .0,
+            leading_timestamp("2026-07-01 13:00:00 UTC").unwrap().0
+        );
+        assert!(leading_timestamp_in("2026-12-01 13:18:30 EST x", &zones).is_none());
+        let mut p = StderrParser::with_zones(zones.clone());
+        p.line(
+            "2026-12-01 14:18:30.102 CET [22976] LOG:  starting logical decoding for slot \"s\"",
+        );
+        p.line("2026-12-01 14:18:30.102 CET [22976] DETAIL:  Streaming transactions committing after 0/2, reading WAL from 0/1.");
+        match p.finish() {
+            Some(LogEvent::DecoderStart { at_ms, .. }) => assert_eq!(at_ms, 1_796_131_110_102),
+            other => panic!("{other:?}"),
+        }
         assert!(leading_timestamp("[22976] LOG:  x").is_none());
         assert!(leading_timestamp("2026-13-01 13:18:30 UTC").is_none());
     }
@@ -1422,7 +1484,7 @@ mod tests {
     fn json_decoder_start() {
         let l = r#"{"timestamp":"2026-12-01 13:18:30.102 UTC","pid":22976,"error_severity":"LOG","message":"starting logical decoding for slot \"s\"","detail":"Streaming transactions committing after 1/2, reading WAL from 1/1.","statement":"SELECT 1"}"#;
         assert_eq!(
-            parse_json_line(l),
+            parse_json_line(l, &ZoneNames::default()),
             Some(LogEvent::DecoderStart {
                 at_ms: 1_796_131_110_102,
                 pid: Some(22976),
@@ -1432,7 +1494,7 @@ mod tests {
                 kind: DecoderKind::Sql,
             })
         );
-        assert_eq!(parse_json_line("not json"), None);
+        assert_eq!(parse_json_line("not json", &ZoneNames::default()), None);
     }
 
     #[test]
@@ -1776,7 +1838,7 @@ mod tests {
         }
         let json = r#"{"timestamp":"2026-12-01 19:34:44.732 UTC","pid":17051,"error_severity":"DEBUG","message":"searching for logical decoding starting point, starting at 0/170FFA8"}"#;
         assert_eq!(
-            parse_json_line(json),
+            parse_json_line(json, &ZoneNames::default()),
             Some(LogEvent::CreationStart {
                 at_ms: 1_796_153_684_732,
                 pid: Some(17051),
@@ -1785,7 +1847,7 @@ mod tests {
         );
         // Other DEBUG lines are not builder lines.
         let json = r#"{"timestamp":"2026-12-01 19:34:44.732 UTC","pid":1,"error_severity":"DEBUG","message":"updated xmin: 1 restart: 1"}"#;
-        assert_eq!(parse_json_line(json), None);
+        assert_eq!(parse_json_line(json, &ZoneNames::default()), None);
     }
 
     #[test]
@@ -1890,7 +1952,7 @@ mod tests {
             Some((Lsn(0x3001F20), "Heap2/PRUNE_ON_ACCESS".to_owned()))
         );
         let j = r#"{"timestamp":"2026-12-01 20:00:01.000 UTC","pid":77,"error_severity":"LOG","message":"invalidating obsolete replication slot \"s7\"","detail":"x","context":"WAL redo at 0/10 for XLOG/PARAMETER_CHANGE: max_connections=100"}"#;
-        let Some(LogEvent::SlotInvalidated(i)) = parse_json_line(j) else {
+        let Some(LogEvent::SlotInvalidated(i)) = parse_json_line(j, &ZoneNames::default()) else {
             panic!()
         };
         assert_eq!(
@@ -1924,7 +1986,7 @@ mod tests {
         assert!(slots[0].1.unwrap().ends_with("catalog xmin 756."));
         assert_eq!(slots[1], ("f2", None));
         let j = r#"{"timestamp":"2026-12-03 10:00:01.000 UTC","pid":91,"error_severity":"LOG","message":"could not synchronize replication slot \"f3\"","detail":"Synchronization could lead to data loss, because the standby could not build a consistent snapshot to decode WALs at LSN 0/30000D8."}"#;
-        let Some(LogEvent::SlotSyncSkipped(i)) = parse_json_line(j) else {
+        let Some(LogEvent::SlotSyncSkipped(i)) = parse_json_line(j, &ZoneNames::default()) else {
             panic!()
         };
         assert_eq!(i.slot, "f3");

@@ -1,0 +1,270 @@
+//! [`ReplayGroup`]: the replays of many slots fed from one read of the WAL.
+//!
+//! Every slot's replay re-runs what its decoder would do from the slot's own restart_lsn
+//! (as [`crate::context::DecodingContext`] does for one), but one WAL reader serves them
+//! all: it starts at the earliest position any of them needs and hands each record,
+//! read and decoded once, to every replay that has reached it. A replay takes the records
+//! starting at or after the end of the last one it took (at first: its start), so it sees
+//! exactly the record sequence a reader of its own opened at its start would: the first
+//! record at or after the start, then each next one.
+//!
+//! The replays are kept between calls (in the backend, by [`crate::context::diagnose`]):
+//! a later call opens a new reader where the least advanced of them stopped and reads only
+//! what was flushed since. A replay whose slot's restart_lsn changed (or whose creation
+//! ended) is started again; the others keep their place.
+
+use pgrx::prelude::*;
+use snapbuild_core::{Lsn, Replay};
+
+use crate::adapter::slots::SlotCopy;
+use crate::adapter::wal::{self, LeanHead, WalReader};
+use crate::context::decoding::{feed_head, restore_snapshot};
+use crate::context::input::for_slot_copy;
+
+/// What identifies a slot's decoder: its restart_lsn, whether it is being created, and
+/// the initial xmin horizon while it is. Another key is another decoder: its replay
+/// starts afresh.
+pub type ReplayKey = (u64, bool, u32);
+
+/// The key of `slot`'s decoder now.
+pub fn key_of(slot: &SlotCopy) -> ReplayKey {
+    let creating = slot.in_creation();
+    (
+        slot.restart_lsn,
+        creating,
+        if creating { slot.catalog_xmin } else { 0 },
+    )
+}
+
+/// One slot's replay in a group.
+pub struct Member {
+    pub name: String,
+    pub key: ReplayKey,
+    pub replay: Replay,
+    /// Where the replay started (the slot's restart_lsn).
+    pub start: Lsn,
+    /// The end of the last record it took (`start` before any): it takes records that
+    /// start at or after it.
+    pub last_end: Lsn,
+    /// Records it took.
+    pub records: u64,
+    /// The start of the record that last changed the builder's state.
+    pub phase_since: Option<Lsn>,
+    /// Set when the replay met the ERROR the server would raise (a broken `.snap` file):
+    /// it takes nothing more, as the server's decoder would stop there.
+    pub stopped: bool,
+    /// `.snap` files' format version on this server.
+    version: u32,
+}
+
+impl Member {
+    /// The position a reader serving this replay must start at: its start before any
+    /// record, then the end of its last record (rounded up to the next record's
+    /// alignment, as a record starts on an 8-byte boundary).
+    fn read_from(&self) -> Lsn {
+        if self.records == 0 {
+            self.start
+        } else {
+            Lsn(self.last_end.0.div_ceil(8) * 8)
+        }
+    }
+
+    /// Whether the record starting at `lsn` is one this replay takes next.
+    #[inline]
+    fn takes(&self, lsn: u64) -> bool {
+        !self.stopped && lsn >= self.last_end.0
+    }
+}
+
+/// The replays of several slots, fed together ([`ReplayGroup::advance`]).
+#[derive(Default)]
+pub struct ReplayGroup {
+    members: Vec<Member>,
+}
+
+impl ReplayGroup {
+    /// The replay of slot `name`, if the group has one.
+    pub fn member(&self, name: &str) -> Option<&Member> {
+        self.members.iter().find(|m| m.name == name)
+    }
+
+    /// Forgets the replays of slots not in `live`.
+    pub fn retain_live(&mut self, live: &[String]) {
+        self.members.retain(|m| live.contains(&m.name));
+    }
+
+    /// Forgets the replay of slot `name`.
+    pub fn forget(&mut self, name: &str) {
+        self.members.retain(|m| m.name != name);
+    }
+
+    /// Makes sure the group has a replay of `slot` for the slot's current decoder (key):
+    /// keeps the one it has if the key is the same, else starts one at restart_lsn.
+    /// False (and no replay) when the WAL at restart_lsn is gone.
+    ///
+    /// Errors: as [`for_slot_copy`] (`0A000` when logical decoding is not possible here,
+    /// `55000` for a slot that is not logical or has no restart_lsn).
+    pub fn ensure(&mut self, slot: &SlotCopy) -> bool {
+        let key = key_of(slot);
+        if self
+            .members
+            .iter()
+            .any(|m| m.name == slot.name && m.key == key)
+        {
+            return true;
+        }
+        self.forget(&slot.name);
+        let input = for_slot_copy(slot.clone(), false);
+        if !wal::is_available(input.start) {
+            return false;
+        }
+        let mut replay = Replay::new(&input.params, input.slot_db);
+        replay.two_phase = input.two_phase.clone();
+        replay.fast_forward = input.fast_forward;
+        self.members.push(Member {
+            name: slot.name.clone(),
+            key,
+            replay,
+            start: input.start,
+            last_end: input.start,
+            records: 0,
+            phase_since: None,
+            stopped: false,
+            version: input.params.version.snapbuild_version(),
+        });
+        true
+    }
+
+    /// Feeds the replays of the slots `wanted` selects, from where each stopped, to the
+    /// end of flushed WAL (on a standby: replayed WAL), with one WAL reader opened at the
+    /// earliest of their positions. Returns, per slot fed, the WAL bytes its replay took
+    /// in this call (the WAL read once is counted for each slot that took it).
+    ///
+    /// Unreadable `.snap` files are taken as absent (the diagnosis must not fail on one);
+    /// a `.snap` file the replay finds broken stops that slot's replay only. Checks for
+    /// interrupts as it reads.
+    ///
+    /// Errors: `internal_error` for WAL that cannot be read (a broken record),
+    /// `data_corrupted` for a malformed record body, as the trace raises them.
+    pub fn advance(&mut self, wanted: impl Fn(&str) -> bool) -> Vec<(String, u64)> {
+        // Segments before a slot's restart_lsn may go while its replay is kept (the slot
+        // was invalidated meanwhile): a replay whose next record is gone is forgotten
+        // (its slot then has no replay), the others are fed.
+        self.members.retain(|m| {
+            m.stopped || !wanted(&m.name) || wal::is_available(m.read_from())
+        });
+        let fed: Vec<usize> = (0..self.members.len())
+            .filter(|&i| !self.members[i].stopped && wanted(&self.members[i].name))
+            .collect();
+        let before: Vec<Lsn> = fed.iter().map(|&i| self.members[i].last_end).collect();
+        let from = fed.iter().map(|&i| self.members[i].read_from()).min();
+        if let Some(from) = from.filter(|f| wal::flush_lsn() > *f) {
+            self.read_from(from, &fed);
+        }
+        fed.iter()
+            .zip(before)
+            .map(|(&i, b)| {
+                let m = &self.members[i];
+                (m.name.clone(), m.last_end.0.saturating_sub(b.0))
+            })
+            .collect()
+    }
+
+    /// The record loop of [`ReplayGroup::advance`]: one reader from `from`, in a memory
+    /// context of its own that is deleted when the loop ends.
+    fn read_from(&mut self, from: Lsn, fed: &[usize]) {
+        let mcx = unsafe {
+            pg_sys::AllocSetContextCreateExtended(
+                pg_sys::CurrentMemoryContext,
+                c"pg_snapbuild replay group".as_ptr(),
+                0,
+                8 * 1024,
+                8 * 1024 * 1024,
+            )
+        };
+        /// Deletes the context on every way out (an ERROR unwinds through here as a
+        /// Rust panic in pgrx, after the reader inside it has been dropped).
+        struct Context(pg_sys::MemoryContext);
+        impl Drop for Context {
+            fn drop(&mut self) {
+                unsafe { pg_sys::MemoryContextDelete(self.0) };
+            }
+        }
+        let _context = Context(mcx);
+        let opened =
+            unsafe { pgrx::PgMemoryContexts::For(mcx).switch_to(|_| WalReader::try_open(from)) };
+        let Some(mut reader) = opened else {
+            return;
+        };
+        reader.batch_heads = true;
+        let members = &mut self.members;
+        let mut n: u64 = 0;
+        loop {
+            // Records that need only their head, as the reader reads them.
+            while let Some(h) = reader.peek_lean() {
+                reader.skip_lean();
+                feed_head_to_all(members, fed, &h);
+            }
+            if reader.feeding_is_due() {
+                reader.batch_bound = Lsn(u64::MAX);
+                pgrx::check_for_interrupts!();
+                unsafe {
+                    pgrx::PgMemoryContexts::For(mcx).switch_to(|_| {
+                        reader.read_batch_feeding(|h| feed_head_to_all(members, fed, h))
+                    });
+                }
+                if reader.peek_lean().is_some() {
+                    continue;
+                }
+            }
+            let more =
+                unsafe { pgrx::PgMemoryContexts::For(mcx).switch_to(|_| reader.next_record()) };
+            if !more {
+                break;
+            }
+            n += 1;
+            if n.is_multiple_of(1024) {
+                pgrx::check_for_interrupts!();
+            }
+            let rec = &reader.rec;
+            for &i in fed {
+                let m = &mut members[i];
+                if !m.takes(rec.head.lsn.0) {
+                    continue;
+                }
+                let version = m.version;
+                let mut restore = |lsn: Lsn| unsafe {
+                    pgrx::PgMemoryContexts::For(mcx).switch_to(|_| restore_snapshot(lsn, version, true))
+                };
+                match m.replay.feed_lean(&rec.head, &rec.payload, &mut restore) {
+                    Ok(Some(row)) if row.state != row.state_before => {
+                        m.phase_since = Some(row.lsn);
+                    }
+                    Ok(_) => {}
+                    Err(_) => m.stopped = true,
+                }
+                m.records += 1;
+                m.last_end = rec.head.end_lsn;
+            }
+        }
+        drop(reader);
+    }
+}
+
+/// Feeds a record that needs only its head to every replay in `fed` that takes it.
+#[inline]
+fn feed_head_to_all(members: &mut [Member], fed: &[usize], h: &LeanHead) {
+    for &i in fed {
+        let m = &mut members[i];
+        if m.takes(h.lsn) {
+            let mut last_record = None;
+            feed_head(
+                &mut m.replay,
+                &mut m.records,
+                &mut m.last_end,
+                &mut last_record,
+                h,
+            );
+        }
+    }
+}
