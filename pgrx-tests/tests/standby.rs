@@ -254,6 +254,44 @@ fn creation_c1_c2_c3_then_decoding(
     let dx = xd.xid;
     xa.commit();
     xb.commit();
+    // Their ends replayed here, no newer RUNNING_XACTS yet: the standby knows them ended
+    // (pg_xact_status says committed), and so does the diagnosis; it waits for WAL.
+    sb.wait_replayed(pc);
+    let d = diagnosis(sc, slot);
+    let statuses: Vec<String> = [a, b]
+        .iter()
+        .map(|x| {
+            sc.query_one("SELECT pg_xact_status($1::text::xid8)", &[&x.to_string()])
+                .unwrap()
+                .get(0)
+        })
+        .collect();
+    let moved_meanwhile = kinds(&messages(&sb, off, cr.pid)).contains(&"c-2");
+    let mut ended_named = 0;
+    if moved_meanwhile {
+        println!(
+            "{test}: a RUNNING_XACTS of the primary's own arrived first: ended rows not checked"
+        );
+    } else {
+        assert_eq!(statuses, ["committed", "committed"]);
+        let ended: BTreeSet<u64> = d
+            .iter()
+            .filter(|r| r.0 == "waiting for ended transaction")
+            .filter_map(|r| r.1)
+            .collect();
+        assert!(
+            ended.contains(&a) && ended.contains(&b),
+            "a={a} and b={b} ended on the primary, as the standby replayed:\n{d:#?}"
+        );
+        assert!(
+            !d.iter()
+                .any(|r| r.0 == "waiting for primary transaction"
+                    && (r.1 == Some(a) || r.1 == Some(b))),
+            "{d:#?}"
+        );
+        assert!(d.iter().any(|r| r.0 == "waiting for WAL"), "{d:#?}");
+        ended_named = ended.len();
+    }
     env.log_standby_snapshot(pc);
     let msgs = wait_logged(&sb, off, cr.pid, "c-2");
     let rows = check_standby_trace(sc, slot, &msgs, &mut stats);
@@ -353,7 +391,7 @@ fn creation_c1_c2_c3_then_decoding(
         })
         .count();
     println!(
-        "pgsnap-counts: {test} PG{} {where_} xids a={a} b={b} d={dx} e={e} server branches {k:?} trace rows {} running_xacts rows matched to WAL {} agrees t/f/null {}/{}/{} diagnosis pids found on the primary {found} pairs emitted {} .snap files there {} rows at them {with_file}",
+        "pgsnap-counts: {test} PG{} {where_} xids a={a} b={b} d={dx} e={e} server branches {k:?} trace rows {} running_xacts rows matched to WAL {} agrees t/f/null {}/{}/{} diagnosis pids found on the primary {found}, ended xids named after their replayed commits {ended_named}, pairs emitted {} .snap files there {} rows at them {with_file}",
         env.major,
         stats.rows,
         stats.wal_records_matched,

@@ -159,7 +159,8 @@ pub fn waits_on(pid: i32) -> Option<TransactionId> {
 }
 
 /// The server's transactions now, read without assigning an xid (pg_current_snapshot):
-/// the next xid to be assigned (its xmax, low 32 bits), the top-level xids in progress
+/// the next xid to be assigned (its xmax, low 32 bits; on a standby the later of that and
+/// transam.c ReadNextFullTransactionId's), the top-level xids in progress
 /// (its xip: sessions and prepared transactions), whether the server is a standby, and
 /// the time (microseconds since 2000-01-01 UTC).
 pub struct ServerNow {
@@ -208,6 +209,20 @@ pub fn server_now() -> ServerNow {
             .map(|x| x as u32)
             .collect();
         let now = ts(r.and_then(|r| r.get::<TimestampWithTimeZone>(4).ok().flatten())).unwrap_or(0);
+        // A standby's snapshot xmax is its latest completed xid + 1; its next xid, which
+        // replay advances past every xid it sees, is nearer the primary's.
+        let next = if in_recovery {
+            // SAFETY: reads TransamVariables under XidGenLock (shared); no error path.
+            let full = unsafe { pg_sys::ReadNextFullTransactionId() };
+            let replayed = full.value as u32;
+            if snapbuild_core::include::transam::follows(replayed, next) {
+                replayed
+            } else {
+                next
+            }
+        } else {
+            next
+        };
         ServerNow {
             next_xid: next,
             running,

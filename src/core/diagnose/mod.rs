@@ -846,7 +846,7 @@ fn created_findings(
             let status = xid_status(holders, server, x);
             if status != XidStatus::Ended {
                 problems += 1;
-                let age = server.next_xid.wrapping_sub(slot.catalog_xmin) as i32;
+                let age = age_text(server, slot.catalog_xmin);
                 let who = match &status {
                     XidStatus::Held(HolderKind::Backend(be)) => {
                         format!("held by {}", describe_backend(be))
@@ -864,7 +864,7 @@ fn created_findings(
                 let mut f = Finding::new(
                     FindingKind::CatalogXminHeld,
                     format!(
-                        "catalog_xmin {} (age {age} xids) is held at {xmin}: {what} and has not ended, {who}; VACUUM cannot remove catalog rows deleted after catalog_xmin",
+                        "catalog_xmin {}{age} is held at {xmin}: {what} and has not ended, {who}; VACUUM cannot remove catalog rows deleted after catalog_xmin",
                         slot.catalog_xmin
                     ),
                 );
@@ -1047,12 +1047,20 @@ fn forecast_finding(slot: &SlotFacts, server: &ServerFacts, fc: &Forecast) -> Fi
 /// xmin horizon of the cluster (procarray.c ComputeXidHorizons takes the slots'
 /// catalog_xmin for catalog tables: VACUUM keeps catalog rows deleted from there on),
 /// or what holds an older one.
+/// " (age N xids)" for a catalog_xmin, or nothing where its age is not known here
+/// ([`transam::age`]).
+fn age_text(server: &ServerFacts, xid: TransactionId) -> String {
+    transam::age(server.next_xid, xid)
+        .map(|a| format!(" (age {a} xids)"))
+        .unwrap_or_default()
+}
+
 fn horizon_finding(slot: &SlotFacts, server: &ServerFacts) -> Option<Finding> {
     let c = slot.catalog_xmin;
     if !transam::is_normal(c) {
         return None;
     }
-    let age = server.next_xid.wrapping_sub(c) as i32;
+    let age = age_text(server, c);
     let oldest_other = server
         .horizons
         .iter()
@@ -1063,7 +1071,7 @@ fn horizon_finding(slot: &SlotFacts, server: &ServerFacts) -> Option<Finding> {
             let mut f = Finding::new(
                 FindingKind::CatalogHorizon,
                 format!(
-                    "catalog_xmin {c} (age {age} xids) is not the cluster's oldest horizon: {} holds {}, older; VACUUM of catalogs is held there first",
+                    "catalog_xmin {c}{age} is not the cluster's oldest horizon: {} holds {}, older; VACUUM of catalogs is held there first",
                     h.what, h.xid
                 ),
             );
@@ -1077,7 +1085,7 @@ fn horizon_finding(slot: &SlotFacts, server: &ServerFacts) -> Option<Finding> {
             let mut f = Finding::new(
                 FindingKind::CatalogHorizon,
                 format!(
-                    "catalog_xmin {c} (age {age} xids) is the cluster's oldest xmin horizon: VACUUM cannot remove catalog rows deleted by xid {c} or later, in any database; {next}"
+                    "catalog_xmin {c}{age} is the cluster's oldest xmin horizon: VACUUM cannot remove catalog rows deleted by xid {c} or later, in any database; {next}"
                 ),
             );
             f.xid = Some(c);
@@ -1163,8 +1171,7 @@ pub fn health(
         confirmed_flush_lag_bytes: slot
             .confirmed_flush
             .map(|c| bytes_between(c, server.flush_lsn)),
-        catalog_xmin_age: transam::is_normal(slot.catalog_xmin)
-            .then(|| server.next_xid.wrapping_sub(slot.catalog_xmin) as i32),
+        catalog_xmin_age: transam::age(server.next_xid, slot.catalog_xmin),
         last_running_xacts: last,
         wal_since_running_xacts_bytes: last.map(|l| bytes_between(l, server.flush_lsn)),
         running_xacts_age_s: last

@@ -85,6 +85,15 @@ pub fn advance(xid: TransactionId) -> TransactionId {
     }
 }
 
+/// The age of `xid` counted from `next` (the next xid to be assigned), as xid.c `xid_age`
+/// counts it: `next - xid` modulo 2^32, in xids. `None` when `xid` is not normal or is not
+/// older than `next`: on a standby, whose next xid follows only the primary's WAL it has
+/// replayed, a slot synchronized from the primary can carry a newer xid, and its age
+/// counted here would be negative and mean nothing.
+pub fn age(next: TransactionId, xid: TransactionId) -> Option<i32> {
+    (is_normal(xid) && precedes_or_equals(xid, next)).then(|| next.wrapping_sub(xid) as i32)
+}
+
 /// The order TransactionIdPrecedes gives (modulo-2^32, for normal xids): for sorting
 /// xids that may straddle the wraparound point. Not a PostgreSQL function.
 pub fn precedes_order(a: TransactionId, b: TransactionId) -> core::cmp::Ordering {
@@ -114,6 +123,18 @@ mod tests {
         assert!(precedes_or_equals(101, 101));
         assert!(follows(102, 101));
         assert!(follows_or_equals(101, 101));
+    }
+
+    #[test]
+    fn age_counts_back_from_next_and_is_unknown_ahead_of_it() {
+        assert_eq!(age(1000, 700), Some(300));
+        assert_eq!(age(1000, 1000), Some(0));
+        // A synced slot's xid the standby has not yet seen assigned.
+        assert_eq!(age(1000, 1001), None);
+        assert_eq!(age(1000, 0), None);
+        // Across the wraparound point: 10 xids from 2^32-5 to 5 (0..2 are skipped only by
+        // the counter, not by the arithmetic).
+        assert_eq!(age(5, u32::MAX - 4), Some(10));
     }
 
     #[test]
