@@ -5,14 +5,18 @@
 # Measured in one run, on the same WAL:
 #   - the trace rate: snapbuild_trace_range over the whole range (MiB/s), the yardstick of a
 #     replay's speed;
-#   - the first scrape of a monitoring session (every slot replayed from its restart_lsn):
-#     wall time, WAL bytes replayed (the sum over the slots), and the ratio of the wall time to
-#     what the trace rate gives for those bytes (the goal: about 1, "bounded by the trace rate");
+#   - the first scrape of a monitoring session (every slot replayed from its restart_lsn, the
+#     WAL read once for all): wall time and WAL bytes the replays took (the sum over the slots);
 #   - repeated scrapes of the same session, each after about 1 MiB of new WAL (the goal: each
 #     < 100 ms): wall time and WAL replayed;
 #   - a scrape from a new session (no cache);
-#   - peak memory (RssAnon) of the monitoring backend over all its scrapes.
-# Writes .work/bench-health/result.json. See README "Benchmark: slot health".
+#   - peak memory (RssAnon) of the monitoring backend over all its scrapes;
+#   - the floor: pg_waldump --stats over the oldest slot's WAL;
+#   - snapbuild_diagnose on the oldest slot in a new session, then again in it;
+#   - a scrape after about 100 MiB more WAL (pgbench), in the same session;
+#   - the first scrape of a new session with 20, 5 and 1 slots over the same WAL (slots dropped
+#     from the newest), each beside pg_waldump --stats over the same WAL.
+# Writes .work/bench-health/result.json. See docs/benchmarks.md "Slot health".
 #
 # Its own copy of the PostgreSQL tree and its own throw-away cluster in .work/bench-health
 # (scripts/bench/common.sh), port PGSNAP_BENCH_PORT.
@@ -123,11 +127,69 @@ NEW_BYTES=$(q "SELECT sum(replayed_bytes) FROM snapbuild_slot_health")
 T1=$(date +%s.%N)
 NEW_S=$(python3 -c "print(f'{$T1 - $T0:.3f}')")
 
-python3 - "$W" "$TRACE_BYTES" "$TRACE_S" "$RETAINED" "$NEW_BYTES" "$NEW_S" "$SLOTS" "$IDLE_ANON_KIB" <<'PY'
+# ---- the floor: pg_waldump --stats over the oldest slot's WAL ------------------------------
+timed() { # prints the wall seconds of "$@" (its output discarded)
+    local t0 t1
+    t0=$(date +%s.%N); "$@" >/dev/null; t1=$(date +%s.%N)
+    python3 -c "print(f'{$t1 - $t0:.3f}')"
+}
+OLDEST=$(q "SELECT min(restart_lsn) FROM pg_replication_slots")
+FLUSH=$(q "SELECT pg_current_wal_flush_lsn()")
+FLOOR_BYTES=$(lsn_diff "$OLDEST" "$FLUSH")
+FLOOR_S=$(timed "$BIN/pg_waldump" --stats -p "$DATA/pg_wal" -s "$OLDEST" -e "$FLUSH")
+say "pg_waldump --stats from the oldest restart_lsn: $FLOOR_S s over $((FLOOR_BYTES / 1048576)) MiB"
+
+# ---- snapbuild_diagnose on the oldest slot: a new session, then again in it ---------------
+OLDEST_SLOT=$(q "SELECT slot_name FROM pg_replication_slots ORDER BY restart_lsn LIMIT 1")
+{
+    echo "SELECT extract(epoch FROM clock_timestamp()) AS t0 \\gset"
+    echo "SELECT count(*) AS n FROM snapbuild_diagnose('$OLDEST_SLOT') \\gset"
+    echo "SELECT round((extract(epoch FROM clock_timestamp()) - :t0)::numeric, 4) AS dt \\gset"
+    echo "\\echo diagnose first :dt"
+    echo "SELECT extract(epoch FROM clock_timestamp()) AS t0 \\gset"
+    echo "SELECT count(*) AS n FROM snapbuild_diagnose('$OLDEST_SLOT') \\gset"
+    echo "SELECT round((extract(epoch FROM clock_timestamp()) - :t0)::numeric, 4) AS dt \\gset"
+    echo "\\echo diagnose again :dt"
+} | psql -X -q -At -v ON_ERROR_STOP=1 >"$W/diagnose.out"
+cat "$W/diagnose.out"
+
+# ---- a scrape after about 100 MiB more WAL, same session ----------------------------------
+{
+    echo "SELECT count(*) FROM snapbuild_slot_health \\gset"
+    echo "\\! pgbench -n -c $CLIENTS -j 2 -T 600 >/dev/null 2>&1 & p=\$!; s=\$(psql -X -At -c 'SELECT pg_current_wal_lsn()'); while [ \$(psql -X -At -c \"SELECT (pg_current_wal_lsn() - '\$s'::pg_lsn)::bigint\") -lt 104857600 ]; do sleep 0.5; done; kill \$p; wait \$p 2>/dev/null; true"
+    echo "SELECT extract(epoch FROM clock_timestamp()) AS t0 \\gset"
+    echo "SELECT sum(replayed_bytes) AS b FROM snapbuild_slot_health \\gset"
+    echo "SELECT round((extract(epoch FROM clock_timestamp()) - :t0)::numeric, 4) AS dt \\gset"
+    echo "\\echo after100 :b :dt"
+} | psql -X -q -At -v ON_ERROR_STOP=1 >"$W/after100.out"
+cat "$W/after100.out"
+
+# ---- first scrapes of a new session with 20, 5 and 1 slots over the same WAL ---------------
+# Slots are dropped from the newest; the oldest (and so the WAL) stays.
+: >"$W/subsets.out"
+for keep in $SLOTS 5 1; do
+    [ "$keep" -le "$SLOTS" ] || continue
+    # keep the oldest slot and the newest keep-1 of the others
+    q "SELECT pg_drop_replication_slot(slot_name) FROM (SELECT slot_name, row_number() OVER (ORDER BY restart_lsn) AS r, count(*) OVER () AS n FROM pg_replication_slots) s WHERE r > 1 AND r <= n - ($keep - 1)" >/dev/null
+    FLUSH=$(q "SELECT pg_current_wal_flush_lsn()")
+    FB=$(lsn_diff "$OLDEST" "$FLUSH")
+    FS=$(timed "$BIN/pg_waldump" --stats -p "$DATA/pg_wal" -s "$OLDEST" -e "$FLUSH")
+    T0=$(date +%s.%N)
+    B=$(q "SELECT sum(replayed_bytes) FROM snapbuild_slot_health")
+    T1=$(date +%s.%N)
+    n=$(q "SELECT count(*) FROM pg_replication_slots")
+    echo "subset $n $B $(python3 -c "print(f'{$T1 - $T0:.3f}')") $FB $FS" | tee -a "$W/subsets.out"
+done
+
+python3 - "$W" "$TRACE_BYTES" "$TRACE_S" "$RETAINED" "$NEW_BYTES" "$NEW_S" "$SLOTS" "$IDLE_ANON_KIB" "$FLOOR_BYTES" "$FLOOR_S" <<'PY'
 import json, sys
-w, trace_bytes, trace_s, retained, new_bytes, new_s, slots, idle_anon = sys.argv[1:]
-trace_bytes, retained, new_bytes, slots, idle_anon = map(int, (trace_bytes, retained, new_bytes, slots, idle_anon))
-trace_s, new_s = float(trace_s), float(new_s)
+w, trace_bytes, trace_s, retained, new_bytes, new_s, slots, idle_anon, floor_bytes, floor_s = sys.argv[1:]
+trace_bytes, retained, new_bytes, slots, idle_anon, floor_bytes = map(int, (trace_bytes, retained, new_bytes, slots, idle_anon, floor_bytes))
+trace_s, new_s, floor_s = float(trace_s), float(new_s), float(floor_s)
+diag = {p.split()[1]: float(p.split()[2]) for p in open(f"{w}/diagnose.out") if p.startswith("diagnose ")}
+after100 = [dict(replayed_bytes=int(p.split()[1]), wall_s=float(p.split()[2])) for p in open(f"{w}/after100.out") if p.startswith("after100 ")]
+subsets = [dict(slots=int(a[1]), replayed_bytes=int(a[2]), wall_s=float(a[3]), floor_bytes=int(a[4]), floor_s=float(a[5]))
+           for a in (p.split() for p in open(f"{w}/subsets.out")) if a[:1] == ["subset"]]
 scrapes, peaks = [], None
 for line in open(f"{w}/scrapes.out"):
     p = line.split()
@@ -141,19 +203,28 @@ res = {
     "slots": slots,
     "retained_bytes": retained,
     "trace": {"bytes": trace_bytes, "wall_s": trace_s, "mib_per_s": rate / 1048576},
-    "first_scrape": dict(first, at_trace_rate_s=first["replayed_bytes"] / rate,
-                         ratio_to_trace_rate=first["wall_s"] / (first["replayed_bytes"] / rate)),
+    "first_scrape": dict(first, ratio_to_floor=first["wall_s"] / floor_s),
     "repeated_scrapes": scrapes[1:],
     "new_session_scrape": {"replayed_bytes": new_bytes, "wall_s": new_s},
+    "floor_pg_waldump_stats": {"bytes": floor_bytes, "wall_s": floor_s},
+    "diagnose_oldest_slot": {"new_session_s": diag.get("first"), "again_s": diag.get("again")},
+    "scrape_after_100_mib": after100[0] if after100 else None,
+    "new_session_by_slot_count": subsets,
     "monitoring_backend": dict(peaks or {}, idle_anon_kib=idle_anon),
 }
 json.dump(res, open(f"{w}/result.json", "w"), indent=2)
 print(f"trace rate: {rate / 1048576:.0f} MiB/s over {trace_bytes / 1048576:.0f} MiB")
-print(f"first scrape: {first['slots']} slots, {first['replayed_bytes'] / 1048576:.0f} MiB replayed in {first['wall_s']:.2f} s "
-      f"({res['first_scrape']['ratio_to_trace_rate']:.2f}x the time the trace rate gives for those bytes)")
+print(f"first scrape: {first['slots']} slots, {first['replayed_bytes'] / 1048576:.0f} MiB taken by the replays in all, in {first['wall_s']:.2f} s "
+      f"({first['wall_s'] / floor_s:.2f}x pg_waldump --stats over the oldest slot's WAL)")
 for s in scrapes[1:]:
     print(f"repeated scrape {s['scrape']}: {s['wall_s'] * 1000:.1f} ms, {s['replayed_bytes'] / 1024:.0f} KiB replayed")
-print(f"new session: {new_s:.2f} s, {new_bytes / 1048576:.0f} MiB replayed")
+print(f"new session: {new_s:.2f} s, {new_bytes / 1048576:.0f} MiB replayed "
+      f"({new_s / floor_s:.2f}x pg_waldump --stats over the oldest slot's {floor_bytes / 1048576:.0f} MiB: {floor_s:.2f} s)")
+print(f"snapbuild_diagnose on the oldest slot: new session {diag.get('first', 0):.2f} s, again {diag.get('again', 0) * 1000:.1f} ms")
+if after100:
+    print(f"scrape after 100 MiB more WAL, same session: {after100[0]['wall_s']:.2f} s, {after100[0]['replayed_bytes'] / 1048576:.0f} MiB taken in all")
+for s_ in subsets:
+    print(f"new session, {s_['slots']:2d} slots: {s_['wall_s']:.2f} s ({s_['wall_s'] / s_['floor_s']:.2f}x pg_waldump --stats: {s_['floor_s']:.2f} s over {s_['floor_bytes'] / 1048576:.0f} MiB)")
 if peaks:
     print(f"monitoring backend: peak RssAnon {peaks['peak_anon_kib'] / 1024:.1f} MiB (idle {idle_anon / 1024:.1f} MiB)")
 worst = max((s["wall_s"] for s in scrapes[1:]), default=0)

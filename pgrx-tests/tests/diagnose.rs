@@ -27,6 +27,9 @@
 //!   cluster's oldest, and `VACUUM (VERBOSE) pg_class` reports that xid as its removable
 //!   cutoff; a REPEATABLE READ session whose snapshot predates the slot holds an older
 //!   one: the diagnosis names that pid and xmin, and VACUUM's cutoff is that xmin.
+//! - d11: `snapbuild_diagnose` resumes this session's kept replay: called again after
+//!   more WAL, it gives exactly the rows a new session's full replay gives, and a health
+//!   scrape after it in the same session has nothing left to read.
 //! - d10: the health view's `running_xacts_age_s` after a RUNNING_XACTS and a pause
 //!   with no WAL written: at least the pause.
 //!
@@ -969,4 +972,212 @@ fn d10_running_xacts_age_counts_the_pause() {
     } else {
         println!("pgsnap-undecided: d10 WAL was written during the pause; only the upper bound is checked");
     }
+}
+
+/// Every row of `snapbuild_diagnose`, all its columns as one text, in row order.
+fn diagnose_rows(c: &mut Client, slot: &str) -> Vec<String> {
+    c.query("SELECT d::text FROM snapbuild_diagnose($1) d", &[&slot])
+        .unwrap_or_else(|e| panic!("snapbuild_diagnose({slot}): {}", err_text(&e)))
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+#[test]
+fn d11_diagnose_resumes_the_kept_replay_and_matches_a_full_one() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let slot = "pgsnap_diag_d11";
+    let _guard = SlotGuard::new(&env, slot);
+    c.batch_execute("CREATE TABLE IF NOT EXISTS pgsnap_diag_held (i int)")
+        .unwrap();
+    create_slot(&env, slot);
+    advance(&env, &mut c, slot);
+    let mut h = OpenXact::begin(&env, "pgsnap-diag-resume-holder");
+    h.exec("INSERT INTO pgsnap_diag_held VALUES (1)");
+    advance(&env, &mut c, slot);
+    let mut m = env.connect("pgsnap-diag-resume");
+    let cold = diagnose_rows(&mut m, slot);
+    assert!(
+        cold.iter()
+            .any(|r| r.starts_with("(\"restart_lsn held\",") && r.contains(&format!(",{},", h.xid))),
+        "{cold:#?}"
+    );
+    // About 4 MB more, then the same session asks again, and a new one.
+    c.batch_execute("INSERT INTO pgsnap_diag_held SELECT generate_series(1, 60000)")
+        .unwrap();
+    // Compared at one flush position (a background RUNNING_XACTS may come between).
+    let mut compared = None;
+    for _ in 0..5 {
+        let f0 = flush_lsn(&mut c);
+        let warm = diagnose_rows(&mut m, slot);
+        let mut m2 = env.connect("pgsnap-diag-resume-new");
+        let full = diagnose_rows(&mut m2, slot);
+        if flush_lsn(&mut c) == f0 {
+            assert_eq!(warm, full, "resumed vs full replay of the same WAL");
+            compared = Some((f0, warm.len()));
+            break;
+        }
+    }
+    let (f0, n) = compared.expect("no flush position stood still across two diagnoses");
+    // The kept replay is the one the health view resumes: nothing new to read.
+    let left: i64 = m
+        .query_one(
+            "SELECT replayed_bytes FROM snapbuild_slot_health WHERE slot_name = $1",
+            &[&slot],
+        )
+        .unwrap()
+        .get(0);
+    let flushed_since = (flush_lsn(&mut c) - f0) as i64;
+    assert!(
+        left <= flushed_since + 8192,
+        "the health scrape after the diagnosis read {left} bytes; {flushed_since} flushed since"
+    );
+    h.commit();
+    println!(
+        "pgsnap-counts: d11 {n} rows of the resumed diagnosis = a new session's full replay; the health scrape after it read {left} bytes"
+    );
+}
+
+/// The health view's rows of `slots` (every column but the WAL this call read and the
+/// seconds since the last RUNNING_XACTS, which change with the call and the clock).
+fn health_rows(c: &mut Client, slots: &[&str]) -> Vec<String> {
+    let names: Vec<String> = slots.iter().map(|s| s.to_string()).collect();
+    c.query(
+        "SELECT format('%s %s %s %s %s %s %s %s %s %s %s', slot_name, state, in_creation,
+                waiting_xids, oldest_blocking_pid, restart_lsn_lag_bytes,
+                confirmed_flush_lag_bytes, catalog_xmin_age, last_running_xacts,
+                wal_since_running_xacts_bytes, releasable_bytes)
+           FROM snapbuild_slot_health WHERE slot_name = ANY($1) ORDER BY slot_name",
+        &[&names],
+    )
+    .unwrap_or_else(|e| panic!("snapbuild_slot_health: {}", err_text(&e)))
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+/// WAL bytes each of `slots` took in a health scrape of `c` (one scrape for all).
+fn replayed_bytes(c: &mut Client, slots: &[&str]) -> Vec<i64> {
+    let names: Vec<String> = slots.iter().map(|s| s.to_string()).collect();
+    c.query(
+        "SELECT replayed_bytes FROM snapbuild_slot_health
+          WHERE slot_name = ANY($1) ORDER BY slot_name",
+        &[&names],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+#[test]
+fn d12_one_read_for_all_slots_gives_each_slots_own_replay() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let slots = ["pgsnap_diag_d12a", "pgsnap_diag_d12b", "pgsnap_diag_d12c"];
+    let _guards: Vec<SlotGuard> = slots.iter().map(|s| SlotGuard::new(&env, s)).collect();
+    c.batch_execute("CREATE TABLE IF NOT EXISTS pgsnap_diag_held (i int)")
+        .unwrap();
+    // Three slots created about 1 MB of WAL apart, the second consumed past a
+    // transaction left open: three restart_lsns, three builders, one held.
+    create_slot(&env, slots[0]);
+    c.batch_execute("INSERT INTO pgsnap_diag_held SELECT generate_series(1, 15000)")
+        .unwrap();
+    create_slot(&env, slots[1]);
+    c.batch_execute("INSERT INTO pgsnap_diag_held SELECT generate_series(1, 15000)")
+        .unwrap();
+    create_slot(&env, slots[2]);
+    let mut h = OpenXact::begin(&env, "pgsnap-diag-d12-holder");
+    h.exec("INSERT INTO pgsnap_diag_held VALUES (1)");
+    advance(&env, &mut c, slots[1]);
+    c.batch_execute("INSERT INTO pgsnap_diag_held SELECT generate_series(1, 15000)")
+        .unwrap();
+    let compare = |c: &mut Client, round: &str| {
+        for _ in 0..5 {
+            let f0 = flush_lsn(c);
+            // One scrape replays all three from one read of the WAL; the diagnoses
+            // after it in the same session resume those replays.
+            let mut all = env.connect("pgsnap-diag-d12-all");
+            let bytes = replayed_bytes(&mut all, &slots);
+            let one_pass = health_rows(&mut all, &slots);
+            let warm: Vec<Vec<String>> = slots.iter().map(|s| diagnose_rows(&mut all, s)).collect();
+            // Each slot alone, in a session of its own: its own read of the WAL.
+            let alone: Vec<Vec<String>> = slots
+                .iter()
+                .map(|s| diagnose_rows(&mut env.connect("pgsnap-diag-d12-one"), s))
+                .collect();
+            // The health numbers after the three single replays, in one session.
+            let mut each = env.connect("pgsnap-diag-d12-each");
+            for s in slots {
+                diagnose_rows(&mut each, s);
+            }
+            let after_each = health_rows(&mut each, &slots);
+            if flush_lsn(c) != f0 {
+                continue;
+            }
+            assert_eq!(one_pass.len(), 3, "{one_pass:#?}");
+            assert_eq!(
+                one_pass, after_each,
+                "{round}: health from one read vs per slot"
+            );
+            for (i, s) in slots.iter().enumerate() {
+                assert_eq!(
+                    warm[i], alone[i],
+                    "{round}: {s}: diagnosis from one read vs alone"
+                );
+            }
+            return (f0, bytes, warm);
+        }
+        panic!("{round}: no flush position stood still across the scrapes");
+    };
+    let (f0, bytes, warm) = compare(&mut c, "three slots");
+    // The held one names the open transaction; each replay took its own slot's WAL.
+    assert!(
+        warm[1]
+            .iter()
+            .any(|r| r.starts_with("(\"restart_lsn held\",") && r.contains(&format!(",{},", h.xid))),
+        "{:#?}",
+        warm[1]
+    );
+    for (i, s) in slots.iter().enumerate() {
+        let rl = server_slot(&mut c, s).restart_lsn;
+        assert!(
+            bytes[i] > 0 && bytes[i] <= (f0 - rl) as i64,
+            "{s}: took {} bytes, {} from restart_lsn to the flush position",
+            bytes[i],
+            f0 - rl
+        );
+    }
+    assert!(bytes[0] > bytes[2], "{bytes:?}");
+    // Churn: the holder ends, the third slot is dropped and created again (a later
+    // restart_lsn), the first consumed (its restart_lsn moves): a session that scraped
+    // before resumes what it can.
+    let mut kept = env.connect("pgsnap-diag-d12-kept");
+    health_rows(&mut kept, &slots);
+    h.commit();
+    c.execute("SELECT pg_drop_replication_slot($1)", &[&slots[2]])
+        .unwrap();
+    c.batch_execute("INSERT INTO pgsnap_diag_held SELECT generate_series(1, 15000)")
+        .unwrap();
+    create_slot(&env, slots[2]);
+    advance(&env, &mut c, slots[0]);
+    let mut compared = false;
+    for _ in 0..5 {
+        let f1 = flush_lsn(&mut c);
+        let resumed = health_rows(&mut kept, &slots);
+        let fresh = health_rows(&mut env.connect("pgsnap-diag-d12-fresh"), &slots);
+        if flush_lsn(&mut c) == f1 {
+            assert_eq!(resumed, fresh, "after churn: resumed vs a new session");
+            compared = true;
+            break;
+        }
+    }
+    assert!(compared, "no flush position stood still across two scrapes");
+    println!(
+        "pgsnap-counts: d12 3 slots: one read = each alone ({} diagnosis rows), health equal; bytes taken {bytes:?}; after drop/create and a restart_lsn move: resumed = new session",
+        warm.iter().map(Vec::len).sum::<usize>()
+    );
 }

@@ -109,7 +109,7 @@ fn bound(end: Option<Lsn>, limit: Option<Lsn>) -> Option<Lsn> {
 
 /// Feeds one record that needs only its head and moves the loop's position past it.
 #[inline]
-fn feed_head(
+pub(crate) fn feed_head(
     replay: &mut Replay,
     records: &mut u64,
     last_end: &mut Lsn,
@@ -127,7 +127,7 @@ fn feed_head(
 
 /// SnapBuildRestore's file access: the `.snap` file for `lsn`, absent, or broken (the
 /// broken file becomes the replay's ERROR row); other I/O errors are raised.
-fn restore_snapshot(lsn: Lsn, version: u32, tolerant: bool) -> RestoreResult {
+pub(crate) fn restore_snapshot(lsn: Lsn, version: u32, tolerant: bool) -> RestoreResult {
     match snapfiles::read_snapshot(lsn, version) {
         Ok(f) => Ok(f),
         Err(SnapFileError::Corrupt { err, .. }) => Err(err),

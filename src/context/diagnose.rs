@@ -8,36 +8,15 @@ use snapbuild_core::diagnose::{
     self, BuilderFacts, Finding, ServerFacts, SlotFacts, SyncSkip, SyncSkipReason, SyncedCopy,
 };
 use snapbuild_core::server_log::LogEvent;
-use snapbuild_core::Lsn;
+use snapbuild_core::{Lsn, Replay};
 
 use crate::adapter::slots::SlotCopy;
 use crate::adapter::{activity, server_version, wal};
+use crate::context::group::ReplayGroup;
 use crate::context::input::for_slot_copy;
 use crate::context::DecodingContext;
 
-/// Reads `ctx` to the end of flushed WAL, noting in `phase_since` the record that last
-/// moved the builder's state. Checks for interrupts every 1024 records; a broken `.snap`
-/// file ends the replay where it is.
-fn drain(ctx: &mut DecodingContext, phase_since: &mut Option<Lsn>) {
-    let mut n: u64 = 0;
-    while let Some(row) = ctx.next_row() {
-        n += 1;
-        if n.is_multiple_of(1024) {
-            pgrx::check_for_interrupts!();
-        }
-        match row {
-            Ok(None) => {}
-            Ok(Some(row)) => {
-                if row.state != row.state_before {
-                    *phase_since = Some(row.lsn);
-                }
-            }
-            Err(_) => break,
-        }
-    }
-}
-
-/// What the replay in `ctx` reached, with the forecasts for the transactions holding
+/// What `replay` reached (having read to `replayed_to`), with the forecasts for the transactions holding
 /// the slot's restart_lsn and catalog_xmin ([`diagnose::forecast`], against the
 /// transactions running on the server now).
 ///
@@ -47,14 +26,14 @@ fn drain(ctx: &mut DecodingContext, phase_since: &mut Option<Lsn>) {
 /// KnownAssignedXids (a snapshot leaves out xids past its xmax). No forecast is made for
 /// a copy the slot synchronization keeps (its positions come from the primary).
 fn builder_facts(
-    ctx: &DecodingContext,
+    replay: &Replay,
+    replayed_to: Lsn,
     phase_since: Option<Lsn>,
     slot: &SlotCopy,
     server: &mut ServerFacts,
 ) -> BuilderFacts {
-    let b = &ctx.replay.builder;
-    let last_running = ctx
-        .replay
+    let b = &replay.builder;
+    let last_running = replay
         .last_running_xacts
         .as_ref()
         .map(|(l, _, r)| (*l, r.clone()));
@@ -79,7 +58,7 @@ fn builder_facts(
         last_running,
         oldest_txn: b.reorder.oldest_txn(),
         oldest_base_snapshot: b.reorder.oldest_base_snapshot(),
-        replayed_to: ctx.last_end,
+        replayed_to,
         forecasts: Vec::new(),
     };
     let copy = server.in_recovery && slot.synced;
@@ -96,44 +75,102 @@ fn builder_facts(
     facts
 }
 
-/// Replays `slot` from its restart_lsn to the end of flushed WAL and reports where its
-/// snapshot builder stands. `None` when the WAL at restart_lsn is gone.
-pub fn replay_slot(slot: &SlotCopy, server: &mut ServerFacts) -> Option<BuilderFacts> {
-    let input = for_slot_copy(slot.clone(), false);
-    let mut ctx =
-        DecodingContext::try_start_tolerant(input, unsafe { pg_sys::CurrentMemoryContext })?;
-    let mut phase_since = None;
-    drain(&mut ctx, &mut phase_since);
-    Some(builder_facts(&ctx, phase_since, slot, server))
-}
-
 /// The findings for one logical slot (see [`diagnose::diagnose`]), or `None` when the
 /// slot vanished from pg_replication_slots meanwhile. An invalidated slot (or one whose
-/// WAL is lost) is not replayed.
+/// WAL is lost) is not replayed. The replay is this backend's kept one when there is one
+/// ([`ReplayGroup`], shared with `snapbuild_slot_health`): a repeated call reads only the
+/// WAL flushed since.
 pub fn diagnose_slot(slot: &SlotCopy) -> Option<Vec<Finding>> {
-    let view = activity::slot_view(&slot.name)?;
-    let mut server = server_facts(&slot.name);
-    let mut facts = slot_facts(slot, view, &server);
-    let invalid = facts.invalidation_reason.is_some()
-        || facts.wal_status.as_deref() == Some("lost")
-        || slot.restart_lsn == 0;
-    if invalid && slot.restart_lsn != 0 {
-        facts.invalidated_at = invalidating_record(slot);
-    }
-    if let Some(c) = facts.synced.as_mut().filter(|c| c.temporary) {
-        c.last_skip = last_sync_skip(&slot.name);
-    }
-    let builder = if invalid {
-        None
+    let mut rows = judge_slots(std::slice::from_ref(slot), false, diagnose::diagnose);
+    rows.pop().map(|(_, findings, _)| findings)
+}
+
+/// The health numbers of every logical slot in `slots` (see [`diagnose::health`]), each
+/// with the WAL bytes its replay took in this call; a slot that vanished from
+/// pg_replication_slots meanwhile is left out. The replays of all of them are brought to
+/// the end of flushed WAL by one read of it ([`ReplayGroup::advance`]); replays of slots
+/// no longer in `slots` are forgotten.
+pub fn slots_health(slots: &[SlotCopy]) -> Vec<(String, diagnose::Health, u64)> {
+    judge_slots(slots, true, diagnose::health)
+}
+
+thread_local! {
+    /// The replays this backend keeps between calls (`snapbuild_diagnose`,
+    /// `snapbuild_slot_health`).
+    static GROUP: std::cell::RefCell<ReplayGroup> = std::cell::RefCell::new(ReplayGroup::default());
+}
+
+/// Judges `slots` with `f` after bringing their kept replays to the end of flushed WAL
+/// in one read. `all`: `slots` are all the logical slots. Replays of slots that no
+/// longer exist are forgotten. The group is taken out of [`GROUP`] while it is advanced: an ERROR (or a
+/// cancel) on the way leaves an empty group, and the next call starts afresh.
+fn judge_slots<T>(
+    slots: &[SlotCopy],
+    all: bool,
+    f: fn(&SlotFacts, Option<&BuilderFacts>, &ServerFacts, &[diagnose::Holder]) -> T,
+) -> Vec<(String, T, u64)> {
+    let mut group = GROUP.with(|g| std::mem::take(&mut *g.borrow_mut()));
+    let live: Vec<String> = if all {
+        slots.iter().map(|s| s.name.clone()).collect()
     } else {
-        replay_slot(slot, &mut server)
+        crate::adapter::slots::copy_slots()
+            .into_iter()
+            .filter(|s| s.logical)
+            .map(|s| s.name)
+            .collect()
     };
-    Some(judge(
-        &facts,
-        builder.as_ref(),
-        &mut server,
-        diagnose::diagnose,
-    ))
+    group.retain_live(&live);
+    let in_recovery = wal::in_recovery();
+    let mut judged = Vec::new();
+    for slot in slots {
+        pgrx::check_for_interrupts!();
+        let Some(view) = activity::slot_view(&slot.name) else {
+            continue;
+        };
+        let mut facts = slot_facts(slot, view, in_recovery);
+        let invalid = facts.invalidation_reason.is_some()
+            || facts.wal_status.as_deref() == Some("lost")
+            || slot.restart_lsn == 0;
+        if invalid && slot.restart_lsn != 0 {
+            facts.invalidated_at = invalidating_record(slot);
+        }
+        if let Some(c) = facts.synced.as_mut().filter(|c| c.temporary) {
+            c.last_skip = last_sync_skip(&slot.name);
+        }
+        let replayed = if invalid {
+            // Its WAL may be gone: let go of a replay kept from before.
+            group.forget(&slot.name);
+            false
+        } else {
+            group.ensure(slot)
+        };
+        judged.push((slot, facts, replayed));
+    }
+    let wanted: Vec<&str> = judged
+        .iter()
+        .filter(|(_, _, r)| *r)
+        .map(|(s, _, _)| s.name.as_str())
+        .collect();
+    let read = group.advance(|name| wanted.contains(&name));
+    let rows = judged
+        .into_iter()
+        .map(|(slot, facts, _)| {
+            // The transactions running are read after the replay, so that every xid the
+            // replay met and still runs is among them.
+            let mut server = server_facts(&slot.name);
+            let builder = group
+                .member(&slot.name)
+                .map(|m| builder_facts(&m.replay, m.last_end, m.phase_since, slot, &mut server));
+            let bytes = read
+                .iter()
+                .find(|(n, _)| *n == slot.name)
+                .map_or(0, |(_, b)| *b);
+            let t = judge(&facts, builder.as_ref(), &mut server, f);
+            (slot.name.clone(), t, bytes)
+        })
+        .collect();
+    GROUP.with(|g| *g.borrow_mut() = group);
+    rows
 }
 
 /// The findings (or health) of a slot once replayed: the flush position the replay read
@@ -188,7 +225,7 @@ fn invalidating_record(slot: &SlotCopy) -> Option<(Lsn, String)> {
 /// is created) the xid its creating process waits for in pg_locks, and on a standby
 /// whether it is a copy kept by the slot synchronization (its log line is added by the
 /// caller that wants it).
-fn slot_facts(slot: &SlotCopy, view: activity::SlotView, server: &ServerFacts) -> SlotFacts {
+fn slot_facts(slot: &SlotCopy, view: activity::SlotView, in_recovery: bool) -> SlotFacts {
     let mut facts = SlotFacts {
         name: slot.name.clone(),
         in_creation: slot.in_creation(),
@@ -207,7 +244,7 @@ fn slot_facts(slot: &SlotCopy, view: activity::SlotView, server: &ServerFacts) -
         inactive_since: view.inactive_since,
         creator_waits_on: None,
         // After a promotion a copy is an ordinary slot.
-        synced: (slot.synced && server.in_recovery).then(|| SyncedCopy {
+        synced: (slot.synced && in_recovery).then(|| SyncedCopy {
             temporary: slot.persistency != "persistent",
             last_skip: None,
         }),
@@ -238,120 +275,4 @@ fn server_facts(slot: &str) -> ServerFacts {
         running,
         in_progress: Vec::new(),
     }
-}
-
-/// A slot's replay kept between calls in this backend (`snapbuild_slot_health`), so that
-/// a repeated scrape reads only the WAL flushed since the last one.
-struct CachedReplay {
-    /// What the replay was started with: restart_lsn, in creation, and the initial xmin
-    /// horizon while in creation. Another key means another decoder: start afresh.
-    key: (u64, bool, u32),
-    ctx: Option<DecodingContext>,
-    /// The memory context the WAL reader lives in (a child of TopMemoryContext).
-    mcx: pg_sys::MemoryContext,
-    phase_since: Option<Lsn>,
-}
-
-impl Drop for CachedReplay {
-    fn drop(&mut self) {
-        // The reader is freed in its context before the context goes.
-        self.ctx.take();
-        unsafe { pg_sys::MemoryContextDelete(self.mcx) };
-    }
-}
-
-thread_local! {
-    static REPLAYS: std::cell::RefCell<std::collections::HashMap<String, CachedReplay>> =
-        std::cell::RefCell::new(std::collections::HashMap::new());
-}
-
-fn cache_key(slot: &SlotCopy) -> (u64, bool, u32) {
-    let creating = slot.in_creation();
-    (
-        slot.restart_lsn,
-        creating,
-        if creating { slot.catalog_xmin } else { 0 },
-    )
-}
-
-/// [`replay_slot`] resumed from this backend's last call for the same slot when the slot
-/// still has the same restart_lsn (and, while it is created, the same xmin horizon):
-/// only WAL flushed since is read. Otherwise the replay starts at restart_lsn again.
-/// Returns the facts and the WAL bytes read by this call. Slots no longer listed in
-/// `live` are forgotten.
-pub fn replay_slot_cached(
-    slot: &SlotCopy,
-    live: &[String],
-    server: &mut ServerFacts,
-) -> Option<(BuilderFacts, u64)> {
-    let key = cache_key(slot);
-    let mut entry = REPLAYS.with(|r| {
-        let mut r = r.borrow_mut();
-        r.retain(|name, _| live.contains(name));
-        r.remove(&slot.name)
-    });
-    if entry.as_ref().is_some_and(|e| e.key != key) {
-        entry = None;
-    }
-    let mut entry = match entry {
-        Some(mut e) => {
-            if let Some(ctx) = e.ctx.as_mut() {
-                ctx.resume();
-            }
-            e
-        }
-        None => {
-            let mcx = unsafe {
-                pg_sys::AllocSetContextCreateExtended(
-                    pg_sys::TopMemoryContext,
-                    c"pg_snapbuild slot replay".as_ptr(),
-                    0,
-                    8 * 1024,
-                    8 * 1024 * 1024,
-                )
-            };
-            // Dropped (and its context deleted) if starting fails.
-            let mut e = CachedReplay {
-                key,
-                ctx: None,
-                mcx,
-                phase_since: None,
-            };
-            e.ctx = DecodingContext::try_start_tolerant(for_slot_copy(slot.clone(), false), mcx);
-            e
-        }
-    };
-    let ctx = entry.ctx.as_mut()?;
-    let from = ctx.last_end;
-    drain(ctx, &mut entry.phase_since);
-    let ctx = entry.ctx.as_ref()?;
-    let facts = builder_facts(ctx, entry.phase_since, slot, server);
-    let read = ctx.last_end.0.saturating_sub(from.0);
-    REPLAYS.with(|r| r.borrow_mut().insert(slot.name.clone(), entry));
-    Some((facts, read))
-}
-
-/// The health numbers of one logical slot (see [`diagnose::health`]) and the WAL bytes
-/// this call replayed, or `None` when the slot vanished from pg_replication_slots.
-pub fn slot_health(slot: &SlotCopy, live: &[String]) -> Option<(diagnose::Health, u64)> {
-    let view = activity::slot_view(&slot.name)?;
-    let mut server = server_facts(&slot.name);
-    let facts = slot_facts(slot, view, &server);
-    let invalid = facts.invalidation_reason.is_some()
-        || facts.wal_status.as_deref() == Some("lost")
-        || slot.restart_lsn == 0;
-    let (builder, read) = if invalid {
-        // Its WAL may be gone: let go of a replay kept from before.
-        REPLAYS.with(|r| r.borrow_mut().remove(&slot.name));
-        (None, 0)
-    } else {
-        match replay_slot_cached(slot, live, &mut server) {
-            Some((b, r)) => (Some(b), r),
-            None => (None, 0),
-        }
-    };
-    Some((
-        judge(&facts, builder.as_ref(), &mut server, diagnose::health),
-        read,
-    ))
 }

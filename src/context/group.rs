@@ -150,9 +150,8 @@ impl ReplayGroup {
         // Segments before a slot's restart_lsn may go while its replay is kept (the slot
         // was invalidated meanwhile): a replay whose next record is gone is forgotten
         // (its slot then has no replay), the others are fed.
-        self.members.retain(|m| {
-            m.stopped || !wanted(&m.name) || wal::is_available(m.read_from())
-        });
+        self.members
+            .retain(|m| m.stopped || !wanted(&m.name) || wal::is_available(m.read_from()));
         let fed: Vec<usize> = (0..self.members.len())
             .filter(|&i| !self.members[i].stopped && wanted(&self.members[i].name))
             .collect();
@@ -234,7 +233,8 @@ impl ReplayGroup {
                 }
                 let version = m.version;
                 let mut restore = |lsn: Lsn| unsafe {
-                    pgrx::PgMemoryContexts::For(mcx).switch_to(|_| restore_snapshot(lsn, version, true))
+                    pgrx::PgMemoryContexts::For(mcx)
+                        .switch_to(|_| restore_snapshot(lsn, version, true))
                 };
                 match m.replay.feed_lean(&rec.head, &rec.payload, &mut restore) {
                     Ok(Some(row)) if row.state != row.state_before => {

@@ -13,6 +13,7 @@
 
 pub mod decoding;
 pub mod diagnose;
+pub mod group;
 pub mod input;
 pub mod verdict;
 pub mod writers;

@@ -185,7 +185,8 @@ fn state_text(h: &snapbuild_core::diagnose::Health) -> Option<String> {
 /// catalog_xmin), `restart_lsn_lag_bytes` and `confirmed_flush_lag_bytes` (int8: the flush
 /// position minus restart_lsn / confirmed_flush), `catalog_xmin_age` (int4: xids),
 /// `last_running_xacts` (pg_lsn: the last RUNNING_XACTS record read),
-/// `wal_since_running_xacts_bytes` (int8), `replayed_bytes` (int8: WAL this call read),
+/// `wal_since_running_xacts_bytes` (int8), `replayed_bytes` (int8: WAL the slot's replay took
+/// in this call),
 /// `running_xacts_age_s` (float8: seconds since the last RUNNING_XACTS was written, at
 /// least: now minus its WAL segment file's modification time), `releasable_bytes` (int8:
 /// WAL bytes restart_lsn moves by when the transaction holding it ends and the consumer
@@ -193,10 +194,12 @@ fn state_text(h: &snapbuild_core::diagnose::Health) -> Option<String> {
 /// position when the target is the next RUNNING_XACTS; 0 when it would not move; NULL
 /// without a forecast).
 ///
-/// Each slot's replay stays in this backend's memory between calls (until the slot's
-/// restart_lsn moves, or its creation ends, or it is dropped): a repeated call reads
-/// only the WAL flushed since the previous one. A slot that vanishes meanwhile is
-/// skipped. Physical slots are not listed. Read-only; no errors of its own.
+/// The WAL is read once for all slots, from the earliest position any of their replays
+/// needs (see `context::group`). Each slot's replay stays in this backend's memory
+/// between calls, shared with `snapbuild_diagnose` (until the slot's restart_lsn moves,
+/// or its creation ends, or it is dropped): a repeated call reads only the WAL flushed
+/// since the previous one. A slot that vanishes meanwhile is skipped. Physical slots are
+/// not listed. Read-only; no errors of its own.
 #[pg_extern]
 #[allow(clippy::type_complexity)]
 fn snapbuild_slot_health() -> TableIterator<
@@ -221,15 +224,10 @@ fn snapbuild_slot_health() -> TableIterator<
         .into_iter()
         .filter(|s| s.logical)
         .collect();
-    let live: Vec<String> = slots.iter().map(|s| s.name.clone()).collect();
     let mut rows = Vec::new();
-    for slot in &slots {
-        pgrx::check_for_interrupts!();
-        let Some((h, read)) = crate::context::diagnose::slot_health(slot, &live) else {
-            continue;
-        };
+    for (name, h, read) in crate::context::diagnose::slots_health(&slots) {
         rows.push((
-            PgName(slot.name.clone()),
+            PgName(name),
             state_text(&h),
             h.in_creation,
             h.waiting_xids,

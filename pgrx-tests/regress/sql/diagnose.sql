@@ -34,12 +34,12 @@ FROM snapbuild_diagnose('snapbuild_regress_diag') WHERE kind = 'catalog horizon'
 -- after consuming: the same kinds, nothing lags
 SELECT count(*) >= 0 AS consumed FROM pg_logical_slot_get_changes('snapbuild_regress_diag', NULL, NULL);
 SELECT kind, bytes < 65536 AS caught_up FROM snapbuild_diagnose('snapbuild_regress_diag') WHERE kind = 'consumer lag';
--- the health view: one row for it, numbers only; a repeated scrape in this session reads
--- no WAL that was read before
+-- the health view: one row for it, numbers only; it resumes the replay the diagnosis above
+-- kept in this session, and a repeated scrape reads no WAL that was read before
 SELECT slot_name, state, in_creation, waiting_xids, oldest_blocking_pid,
        restart_lsn_lag_bytes >= 0 AS restart_lag, confirmed_flush_lag_bytes >= 0 AS confirmed_lag,
        catalog_xmin_age >= 0 AS age, last_running_xacts IS NOT NULL AS has_running_xacts,
-       replayed_bytes > 0 AS replayed, running_xacts_age_s >= 0 AS aged,
+       replayed_bytes < 65536 AS resumed, running_xacts_age_s >= 0 AS aged,
        releasable_bytes AS releasable
 FROM snapbuild_slot_health WHERE slot_name = 'snapbuild_regress_diag';
 SELECT replayed_bytes < 65536 AS resumed FROM snapbuild_slot_health
