@@ -125,6 +125,18 @@ pub(crate) fn feed_head(
     *last_record = Some(Lsn(h.lsn));
 }
 
+/// Where a reader must be opened to go on with a replay that started at `start` and has
+/// fed `records` records, the last ending at `last_end`: `start` before any record, else
+/// `last_end` MAXALIGNed (a record starts on an 8-byte boundary, as xlogreader.c's
+/// NextRecPtr).
+pub(crate) fn resume_at(start: Lsn, last_end: Lsn, records: u64) -> Lsn {
+    if records == 0 {
+        start
+    } else {
+        Lsn(last_end.0.div_ceil(8) * 8)
+    }
+}
+
 /// SnapBuildRestore's file access: the `.snap` file for `lsn`, absent, or broken (the
 /// broken file becomes the replay's ERROR row); other I/O errors are raised.
 pub(crate) fn restore_snapshot(lsn: Lsn, version: u32, tolerant: bool) -> RestoreResult {
@@ -515,11 +527,7 @@ impl DecodingContext {
             return false;
         }
         // The next record may still be only partly flushed: then nothing is re-opened.
-        let from = if self.records > 0 {
-            Lsn(self.last_end.0.div_ceil(8) * 8)
-        } else {
-            self.input.start
-        };
+        let from = resume_at(self.input.start, self.last_end, self.records);
         let mcx = self.mcx;
         let opened =
             unsafe { pgrx::PgMemoryContexts::For(mcx).switch_to(|_| WalReader::try_open(from)) };

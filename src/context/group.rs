@@ -18,7 +18,7 @@ use snapbuild_core::{Lsn, Replay};
 
 use crate::adapter::slots::SlotCopy;
 use crate::adapter::wal::{self, LeanHead, WalReader};
-use crate::context::decoding::{feed_head, restore_snapshot};
+use crate::context::decoding::{feed_head, restore_snapshot, resume_at};
 use crate::context::input::for_slot_copy;
 
 /// What identifies a slot's decoder: its restart_lsn, whether it is being created, and
@@ -58,15 +58,9 @@ pub struct Member {
 }
 
 impl Member {
-    /// The position a reader serving this replay must start at: its start before any
-    /// record, then the end of its last record (rounded up to the next record's
-    /// alignment, as a record starts on an 8-byte boundary).
+    /// The position a reader serving this replay must start at ([`resume_at`]).
     fn read_from(&self) -> Lsn {
-        if self.records == 0 {
-            self.start
-        } else {
-            Lsn(self.last_end.0.div_ceil(8) * 8)
-        }
+        resume_at(self.start, self.last_end, self.records)
     }
 
     /// Whether the record starting at `lsn` is one this replay takes next.
