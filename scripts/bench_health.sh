@@ -9,13 +9,16 @@
 #     WAL read once for all): wall time and WAL bytes the replays took (the sum over the slots);
 #   - repeated scrapes of the same session, each after about 1 MiB of new WAL (the goal: each
 #     < 100 ms): wall time and WAL replayed;
-#   - a scrape from a new session (no cache);
+#   - a scrape from a new session that resumes the replays the first session left in shared
+#     memory (the cluster preloads pg_snapbuild), and one from a new session that keeps its own
+#     (pg_snapbuild.shared_state = off: every slot replayed from its restart_lsn);
 #   - peak memory (RssAnon) of the monitoring backend over all its scrapes;
 #   - the floor: pg_waldump --stats over the oldest slot's WAL;
-#   - snapbuild_diagnose on the oldest slot in a new session, then again in it;
+#   - snapbuild_diagnose on the oldest slot in a new session of its own, then again in it, and
+#     in a new session resuming the shared replays;
 #   - a scrape after about 100 MiB more WAL (pgbench), in the same session;
-#   - the first scrape of a new session with 20, 5 and 1 slots over the same WAL (slots dropped
-#     from the newest), each beside pg_waldump --stats over the same WAL.
+#   - the first scrape of a new session of its own with 20, 5 and 1 slots over the same WAL
+#     (slots dropped from the newest), each beside pg_waldump --stats over the same WAL.
 # Writes .work/bench-health/result.json. See docs/benchmarks.md "Slot health".
 #
 # Its own copy of the PostgreSQL tree and its own throw-away cluster in .work/bench-health
@@ -52,8 +55,12 @@ command -v python3 >/dev/null || { echo "python3 is required" >&2; exit 1; }
 bench_copy_tree
 
 # Slots keep every segment from their restart_lsn; max_slot_wal_keep_size stays unlimited.
+# Preloaded: the slots' replays are kept in shared memory (the watcher stays idle).
 bench_fresh_cluster <<EOF
 max_replication_slots = $((SLOTS + 10))
+shared_preload_libraries = 'pg_snapbuild'
+pg_snapbuild.log_waits_after = 0
+pg_snapbuild.log_holds_after = 0
 EOF
 q "CREATE EXTENSION pg_snapbuild" >/dev/null
 
@@ -121,9 +128,14 @@ q "CREATE TABLE IF NOT EXISTS health_pad (t text)" >/dev/null
 bench_idle_backend
 bench_sampled_psql "snapbuild_slot_health" <"$W/scrapes.sql" >"$W/scrapes.out"
 cat "$W/scrapes.out"
-# a new session: no cache
+# a new session resuming the shared replays, then one that keeps its own (a full replay)
+UNSHARED="-c pg_snapbuild.shared_state=off"
 T0=$(date +%s.%N)
-NEW_BYTES=$(q "SELECT sum(replayed_bytes) FROM snapbuild_slot_health")
+SHARED_BYTES=$(q "SELECT sum(replayed_bytes) FROM snapbuild_slot_health")
+T1=$(date +%s.%N)
+SHARED_S=$(python3 -c "print(f'{$T1 - $T0:.3f}')")
+T0=$(date +%s.%N)
+NEW_BYTES=$(PGOPTIONS=$UNSHARED q "SELECT sum(replayed_bytes) FROM snapbuild_slot_health")
 T1=$(date +%s.%N)
 NEW_S=$(python3 -c "print(f'{$T1 - $T0:.3f}')")
 
@@ -150,7 +162,13 @@ OLDEST_SLOT=$(q "SELECT slot_name FROM pg_replication_slots ORDER BY restart_lsn
     echo "SELECT count(*) AS n FROM snapbuild_diagnose('$OLDEST_SLOT') \\gset"
     echo "SELECT round((extract(epoch FROM clock_timestamp()) - :t0)::numeric, 4) AS dt \\gset"
     echo "\\echo diagnose again :dt"
-} | psql -X -q -At -v ON_ERROR_STOP=1 >"$W/diagnose.out"
+} | PGOPTIONS=$UNSHARED psql -X -q -At -v ON_ERROR_STOP=1 >"$W/diagnose.out"
+{
+    echo "SELECT extract(epoch FROM clock_timestamp()) AS t0 \\gset"
+    echo "SELECT count(*) AS n FROM snapbuild_diagnose('$OLDEST_SLOT') \\gset"
+    echo "SELECT round((extract(epoch FROM clock_timestamp()) - :t0)::numeric, 4) AS dt \\gset"
+    echo "\\echo diagnose shared :dt"
+} | psql -X -q -At -v ON_ERROR_STOP=1 >>"$W/diagnose.out"
 cat "$W/diagnose.out"
 
 # ---- a scrape after about 100 MiB more WAL, same session ----------------------------------
@@ -175,17 +193,17 @@ for keep in $SLOTS 5 1; do
     FB=$(lsn_diff "$OLDEST" "$FLUSH")
     FS=$(timed "$BIN/pg_waldump" --stats -p "$DATA/pg_wal" -s "$OLDEST" -e "$FLUSH")
     T0=$(date +%s.%N)
-    B=$(q "SELECT sum(replayed_bytes) FROM snapbuild_slot_health")
+    B=$(PGOPTIONS=$UNSHARED q "SELECT sum(replayed_bytes) FROM snapbuild_slot_health")
     T1=$(date +%s.%N)
     n=$(q "SELECT count(*) FROM pg_replication_slots")
     echo "subset $n $B $(python3 -c "print(f'{$T1 - $T0:.3f}')") $FB $FS" | tee -a "$W/subsets.out"
 done
 
-python3 - "$W" "$TRACE_BYTES" "$TRACE_S" "$RETAINED" "$NEW_BYTES" "$NEW_S" "$SLOTS" "$IDLE_ANON_KIB" "$FLOOR_BYTES" "$FLOOR_S" <<'PY'
+python3 - "$W" "$TRACE_BYTES" "$TRACE_S" "$RETAINED" "$NEW_BYTES" "$NEW_S" "$SLOTS" "$IDLE_ANON_KIB" "$FLOOR_BYTES" "$FLOOR_S" "$SHARED_BYTES" "$SHARED_S" <<'PY'
 import json, sys
-w, trace_bytes, trace_s, retained, new_bytes, new_s, slots, idle_anon, floor_bytes, floor_s = sys.argv[1:]
-trace_bytes, retained, new_bytes, slots, idle_anon, floor_bytes = map(int, (trace_bytes, retained, new_bytes, slots, idle_anon, floor_bytes))
-trace_s, new_s, floor_s = float(trace_s), float(new_s), float(floor_s)
+w, trace_bytes, trace_s, retained, new_bytes, new_s, slots, idle_anon, floor_bytes, floor_s, shared_bytes, shared_s = sys.argv[1:]
+trace_bytes, retained, new_bytes, slots, idle_anon, floor_bytes, shared_bytes = map(int, (trace_bytes, retained, new_bytes, slots, idle_anon, floor_bytes, shared_bytes))
+trace_s, new_s, floor_s, shared_s = float(trace_s), float(new_s), float(floor_s), float(shared_s)
 diag = {p.split()[1]: float(p.split()[2]) for p in open(f"{w}/diagnose.out") if p.startswith("diagnose ")}
 after100 = [dict(replayed_bytes=int(p.split()[1]), wall_s=float(p.split()[2])) for p in open(f"{w}/after100.out") if p.startswith("after100 ")]
 subsets = [dict(slots=int(a[1]), replayed_bytes=int(a[2]), wall_s=float(a[3]), floor_bytes=int(a[4]), floor_s=float(a[5]))
@@ -206,8 +224,10 @@ res = {
     "first_scrape": dict(first, ratio_to_floor=first["wall_s"] / floor_s),
     "repeated_scrapes": scrapes[1:],
     "new_session_scrape": {"replayed_bytes": new_bytes, "wall_s": new_s},
+    "new_session_shared_scrape": {"replayed_bytes": shared_bytes, "wall_s": shared_s},
     "floor_pg_waldump_stats": {"bytes": floor_bytes, "wall_s": floor_s},
-    "diagnose_oldest_slot": {"new_session_s": diag.get("first"), "again_s": diag.get("again")},
+    "diagnose_oldest_slot": {"new_session_s": diag.get("first"), "again_s": diag.get("again"),
+                             "new_session_shared_s": diag.get("shared")},
     "scrape_after_100_mib": after100[0] if after100 else None,
     "new_session_by_slot_count": subsets,
     "monitoring_backend": dict(peaks or {}, idle_anon_kib=idle_anon),
@@ -218,9 +238,11 @@ print(f"first scrape: {first['slots']} slots, {first['replayed_bytes'] / 1048576
       f"({first['wall_s'] / floor_s:.2f}x pg_waldump --stats over the oldest slot's WAL)")
 for s in scrapes[1:]:
     print(f"repeated scrape {s['scrape']}: {s['wall_s'] * 1000:.1f} ms, {s['replayed_bytes'] / 1024:.0f} KiB replayed")
-print(f"new session: {new_s:.2f} s, {new_bytes / 1048576:.0f} MiB replayed "
+print(f"new session resuming the shared replays: {shared_s * 1000:.1f} ms, {shared_bytes / 1024:.0f} KiB replayed")
+print(f"new session, replays of its own: {new_s:.2f} s, {new_bytes / 1048576:.0f} MiB replayed "
       f"({new_s / floor_s:.2f}x pg_waldump --stats over the oldest slot's {floor_bytes / 1048576:.0f} MiB: {floor_s:.2f} s)")
-print(f"snapbuild_diagnose on the oldest slot: new session {diag.get('first', 0):.2f} s, again {diag.get('again', 0) * 1000:.1f} ms")
+print(f"snapbuild_diagnose on the oldest slot: new session of its own {diag.get('first', 0):.2f} s, again {diag.get('again', 0) * 1000:.1f} ms; "
+      f"new session resuming the shared replays {diag.get('shared', 0) * 1000:.1f} ms")
 if after100:
     print(f"scrape after 100 MiB more WAL, same session: {after100[0]['wall_s']:.2f} s, {after100[0]['replayed_bytes'] / 1048576:.0f} MiB taken in all")
 for s_ in subsets:

@@ -57,6 +57,15 @@ unix_socket_directories = '$SOCK'
 log_line_prefix = '%m [%p] '
 fsync = off
 EOF
+    # The watcher (pg_snapbuild's background worker) runs in every test cluster once the
+    # extension is installed in this tree, idle: the tests that check it turn its logging on.
+    if [ -e "$ROOT/.pg/$version/lib/pg_snapbuild.so" ]; then
+        as_pg tee -a "$DATA/pg_snapbuild.conf" >/dev/null <<EOF
+shared_preload_libraries = 'pg_snapbuild'
+pg_snapbuild.log_waits_after = 0
+pg_snapbuild.log_holds_after = 0
+EOF
+    fi
     # The server's modules that link libpq (dblink, postgres_fdw, the walreceiver) must
     # load this release's libpq, not an older one the system has (17's dblink needs
     # libpq 17's PQcancelStart).

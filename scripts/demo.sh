@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The demo (README, "Two commands"): create a logical slot on PostgreSQL 18 while other sessions hold transactions
 # open, so that the snapshot builder goes START -> BUILDING -> FULL -> CONSISTENT (branches c-1,
-# c-2, c-3); while it hangs, snapbuild_diagnose names the sessions it waits for, and the creation
-# finishes once they commit. Then decode a little so .snap files exist, and show pg_snapbuild's
+# c-2, c-3); while it hangs, snapbuild_diagnose names the sessions it waits for, the watcher (the
+# background worker) writes them to the server log unasked, and the creation finishes once they commit. Then decode a little so .snap files exist, and show pg_snapbuild's
 # verdicts beside the server's own LOG lines. Safe to re-run. Leaves the cluster running
 # (`scripts/cluster.sh stop MAJOR` with MAJOR=18 stops it).
 set -euo pipefail
@@ -13,6 +13,12 @@ MAJOR=18
 PGSNAP_MAJORS=$MAJOR "$ROOT/scripts/setup.sh"   # builds and installs only what the demo runs
 "$ROOT/scripts/cluster.sh" start "$MAJOR"
 eval "$("$ROOT/scripts/cluster.sh" env "$MAJOR")"
+# The watcher (a background worker) needs the library preloaded: a cluster started before the
+# extension was installed is restarted once.
+if [ "$(psql -X -At -c 'SHOW shared_preload_libraries')" != pg_snapbuild ]; then
+    "$ROOT/scripts/cluster.sh" stop "$MAJOR" >/dev/null
+    "$ROOT/scripts/cluster.sh" start "$MAJOR"
+fi
 rm -rf "$D"; mkdir -p "$D"
 
 say() { printf '==> %s\n' "$*"; }
@@ -33,7 +39,11 @@ show_log() { log_since "$@" | awk '/logical decoding found|starting logical deco
 
 # Background sessions; all of them are ended on exit.
 bg=()
-cleanup() { exec 3>&- 2>/dev/null || true; for p in "${bg[@]}"; do kill "$p" 2>/dev/null || true; done; }
+cleanup() {
+    exec 3>&- 2>/dev/null || true; for p in "${bg[@]}"; do kill "$p" 2>/dev/null || true; done
+    psql -X -q -c "ALTER SYSTEM RESET pg_snapbuild.log_waits_after" -c "ALTER SYSTEM RESET pg_snapbuild.watch_interval" \
+        -c "SELECT pg_reload_conf()" >/dev/null 2>&1 || true
+}
 trap cleanup EXIT
 
 say "resetting the demo: extension, slot, leftover sessions, table"
@@ -81,6 +91,9 @@ found() {
 }
 show() { echo; say "$1"; psql -X -q -x -v ON_ERROR_STOP=1 -c "$2"; }
 
+say "the watcher logs a slot creation that waits 2 s or more (pg_snapbuild.log_waits_after, default 10 s)"
+psql -X -q -v ON_ERROR_STOP=1 -c "ALTER SYSTEM SET pg_snapbuild.log_waits_after = '2s'" \
+    -c "ALTER SYSTEM SET pg_snapbuild.watch_interval = '500ms'" -c "SELECT pg_reload_conf()" >/dev/null
 OFF=$(stat -c %s "$PGSNAP_LOG")
 hold A 1; hold B 2
 say "sessions A and B hold xids $(xid_of A) and $(xid_of B)"
@@ -96,6 +109,10 @@ say "session C opens xid $(xid_of C) while the builder is BUILDING"
 diagnose="SELECT kind, finding, xid, pid, application_name, state, remedy FROM snapbuild_diagnose('demo_slot')
           WHERE kind LIKE 'creation%' OR kind LIKE 'waiting%'"
 show "pg_snapbuild: why does the creation of demo_slot hang? (snapbuild_diagnose names the sessions)" "$diagnose"
+echo; say "meanwhile the watcher wrote to the server log, unasked:"
+wait_until "the watcher's LOG line" log_has 'creation of logical replication slot "demo_slot" has waited'
+log_since "$OFF" | awk '/creation of logical replication slot "demo_slot" has waited/ {p=1; print "    " $0; next}
+                        p && /^[0-9]{4}-/ && !/(DETAIL|HINT):/ {exit} p {print "    " $0}'
 say "the remedy: A and B commit (the slot's backend waited for them, then logs a RUNNING_XACTS itself)"
 release A 1; release B 2
 echo "    RUNNING_XACTS at $(found "initial consistent point") lists only C: BUILDING -> FULL (c-2)"

@@ -75,7 +75,8 @@ CREATE FUNCTION "snapbuild_slot_health"() RETURNS TABLE (
 	"wal_since_running_xacts_bytes" bigint,
 	"replayed_bytes" bigint,
 	"running_xacts_age_s" double precision,
-	"releasable_bytes" bigint
+	"releasable_bytes" bigint,
+	"replay_state" TEXT
 )
 STRICT
 LANGUAGE c

@@ -4,6 +4,8 @@
 //! Layout, each layer calling only downwards:
 //! - [`sql`]: the SQL functions; each validates its arguments through the context, runs
 //!   it and maps rows to columns.
+//! - [`worker`]: the watcher, an optional background worker that diagnoses every slot at
+//!   a steady pace and logs creations that wait and positions held.
 //! - [`context`]: the decoding context (logical.c's role): turns a slot or an LSN range
 //!   into a running replay with one record loop, and judges rows against the server.
 //! - [`adapter`]: fetches the server's inputs (WAL through XLogReader, slots from shared
@@ -17,11 +19,14 @@
 #[pgrx::pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     adapter::server_log::define_gucs();
+    adapter::shared_state::init();
+    worker::init();
 }
 
 pub mod adapter;
 pub mod context;
 pub mod sql;
+pub mod worker;
 
 // REVOKE/GRANT for every function, last in the install script (see sql/privileges.sql).
 pgrx::extension_sql_file!("../sql/privileges.sql", name = "privileges", finalize);

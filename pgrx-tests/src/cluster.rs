@@ -144,10 +144,56 @@ impl Env {
                     .query_one(&format!("SHOW {name}"), &[])
                     .unwrap()
                     .get(0);
-                v == value
+                v == value.trim_matches('\'')
             },
         );
         guard
+    }
+
+    /// A new session that keeps its slot replays to itself (`pg_snapbuild.shared_state =
+    /// off`): its first `snapbuild_slot_health` or `snapbuild_diagnose` replays every slot
+    /// from its restart_lsn, whatever other sessions left in shared memory.
+    pub fn connect_unshared(&self, app: &str) -> Client {
+        let mut c = self.connect(app);
+        c.batch_execute("SET pg_snapbuild.shared_state = off")
+            .expect("SET pg_snapbuild.shared_state");
+        c
+    }
+
+    /// A crash restart: a backend of this cluster killed with SIGKILL, so that the
+    /// postmaster ends every process, reinitializes shared memory and starts again. Returns
+    /// a new session (`app`) once the server accepts connections again (up to 60 s).
+    pub fn crash_restart(&self, app: &str) -> Client {
+        let mut victim = self.connect("pgsnap-crash-victim");
+        let pid: i32 = victim
+            .query_one("SELECT pg_backend_pid()", &[])
+            .unwrap()
+            .get(0);
+        let killed = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(killed.success(), "kill -9 {pid}");
+        drop(victim);
+        let mut cfg = Config::new();
+        cfg.host(&self.host)
+            .port(self.port)
+            .user(&self.user)
+            .dbname(&self.dbname)
+            .application_name(app)
+            .connect_timeout(Duration::from_secs(10));
+        let until = Instant::now() + Duration::from_secs(60);
+        // The old postmaster may still accept a connection before it notices the death.
+        std::thread::sleep(Duration::from_millis(500));
+        loop {
+            match cfg.connect(NoTls) {
+                Ok(c) => return c,
+                Err(e) if Instant::now() > until => {
+                    panic!("no connection after the crash restart: {e}")
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(500)),
+            }
+        }
     }
 
     /// A new session with `statement_timeout` (so nothing waits forever).

@@ -259,3 +259,37 @@ pub fn server_slot(c: &mut Client, name: &str) -> ServerSlot {
         active_pid: js(r, "active_pid").map(|s| s.parse().unwrap()),
     }
 }
+
+/// The health view's rows of `slots`, one text per slot in name order: every column but the
+/// WAL this call read, where the replay is kept, and the seconds since the last
+/// RUNNING_XACTS (which change with the call and the clock). Two scrapes at one flush
+/// position that judge alike give the same rows.
+pub fn health_rows(c: &mut Client, slots: &[&str]) -> Vec<String> {
+    let names: Vec<String> = slots.iter().map(|s| s.to_string()).collect();
+    c.query(
+        "SELECT format('%s %s %s %s %s %s %s %s %s %s %s', slot_name, state, in_creation,
+                waiting_xids, oldest_blocking_pid, restart_lsn_lag_bytes,
+                confirmed_flush_lag_bytes, catalog_xmin_age, last_running_xacts,
+                wal_since_running_xacts_bytes, releasable_bytes)
+           FROM snapbuild_slot_health WHERE slot_name = ANY($1) ORDER BY slot_name",
+        &[&names],
+    )
+    .unwrap_or_else(|e| panic!("snapbuild_slot_health: {}", err_text(&e)))
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+/// WAL bytes each of `slots` took in one health scrape of `c`, in name order.
+pub fn replayed_bytes(c: &mut Client, slots: &[&str]) -> Vec<i64> {
+    let names: Vec<String> = slots.iter().map(|s| s.to_string()).collect();
+    c.query(
+        "SELECT replayed_bytes FROM snapbuild_slot_health
+          WHERE slot_name = ANY($1) ORDER BY slot_name",
+        &[&names],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}

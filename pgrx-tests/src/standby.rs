@@ -6,7 +6,8 @@
 //! test: a standby with hot_standby_feedback must not hold the primary's xmin during the
 //! other tests); the next test starts it again, and makes a new one when it no longer
 //! streams from this primary (e.g. after a promotion). [`Standby::cascade`] makes a
-//! cascading standby of it in `<primary data dir>/../cascade/` (port + 60).
+//! cascading standby of it in `<primary data dir>/../cascade/` (port + 60). Both preload what
+//! the primary preloads (the watcher), with its `pg_snapbuild.*` settings.
 //! `scripts/cluster.sh stop MAJOR` stops either when left running with the primary.
 
 use crate::cluster::{wait_for, Env};
@@ -242,12 +243,14 @@ wal_level = logical\nmax_replication_slots = 20\nmax_wal_senders = 20\n\
 max_prepared_transactions = 10\nlisten_addresses = '127.0.0.1'\nport = {sp}\n\
 unix_socket_directories = '{sock}'\nlog_line_prefix = '%m [%p] '\nfsync = off\n\
 hot_standby_feedback = on\nprimary_slot_name = '{slot}'\n\
-EOF\n",
+EOF\n\
+             grep -E '^(shared_preload_libraries|pg_snapbuild\\.)' '{pc}' >> '{d}/pg_snapbuild.conf' || true\n",
             a = auto.display(),
             h = self.upstream.host,
             p = self.upstream.port,
             u = self.upstream.user,
             d = self.env.pgdata.display(),
+            pc = self.primary.pgdata.join("pg_snapbuild.conf").display(),
             sp = self.env.port,
             sock = dir.join("sock").display(),
             slot = self.slot,
@@ -383,4 +386,16 @@ pub fn replay_lsn(s: &mut Client) -> u64 {
     )
     .map(|r| parse_lsn(&r.get::<_, String>(0)))
     .unwrap_or(0)
+}
+
+/// The primary's holder of the xid a `waiting for primary transaction` remedy (or a watcher
+/// HINT holding one) names, found by running the query the remedy gives (the part from its
+/// first `SELECT ` to `; end it there`) on the primary `pc`: its pid.
+pub fn pid_by_remedy(pc: &mut Client, remedy: &str) -> Option<i32> {
+    let start = remedy.find("SELECT ")?;
+    let end = remedy[start..].find("; end it there")? + start;
+    let rows = pc
+        .query(&remedy[start..end], &[])
+        .unwrap_or_else(|e| panic!("the remedy's query on the primary: {}", err_text(&e)));
+    rows.first().and_then(|r| r.get::<_, Option<i32>>(0))
 }

@@ -33,6 +33,10 @@
 //! - d10: the health view's `running_xacts_age_s` after a RUNNING_XACTS and a pause
 //!   with no WAL written: at least the pause.
 //!
+//! The sessions d6, d11 and d12 compare against ("a new session", "alone") keep their replays
+//! to themselves (`pg_snapbuild.shared_state = off`): theirs are full replays from
+//! restart_lsn, whatever the shared area holds (tests/shared_state.rs checks that area).
+//!
 //! The truths come from the server: pids from `pg_backend_pid()` of the sessions opened
 //! here, xids from `pg_current_xact_id()`, gids from the PREPARE, the creator's lock wait
 //! in `pg_locks`, and the creation returning.
@@ -619,8 +623,8 @@ fn d6_slot_health_names_the_blocker_and_resumes_its_replay() {
         first.replayed_bytes,
         f2 - f0
     );
-    // A fresh session has no cache: it reads it all again.
-    let mut m2 = env.connect("pgsnap-diag-monitor2");
+    // A new session that keeps its replays to itself reads it all again.
+    let mut m2 = env.connect_unshared("pgsnap-diag-monitor2");
     let other = health(&mut m2, slot);
     assert!(other.replayed_bytes >= first.replayed_bytes, "{other:?}");
     println!(
@@ -1012,7 +1016,7 @@ fn d11_diagnose_resumes_the_kept_replay_and_matches_a_full_one() {
     for _ in 0..5 {
         let f0 = flush_lsn(&mut c);
         let warm = diagnose_rows(&mut m, slot);
-        let mut m2 = env.connect("pgsnap-diag-resume-new");
+        let mut m2 = env.connect_unshared("pgsnap-diag-resume-new");
         let full = diagnose_rows(&mut m2, slot);
         if flush_lsn(&mut c) == f0 {
             assert_eq!(warm, full, "resumed vs full replay of the same WAL");
@@ -1038,38 +1042,6 @@ fn d11_diagnose_resumes_the_kept_replay_and_matches_a_full_one() {
     println!(
         "pgsnap-counts: d11 {n} rows of the resumed diagnosis = a new session's full replay; the health scrape after it read {left} bytes"
     );
-}
-
-/// The health view's rows of `slots` (every column but the WAL this call read and the
-/// seconds since the last RUNNING_XACTS, which change with the call and the clock).
-fn health_rows(c: &mut Client, slots: &[&str]) -> Vec<String> {
-    let names: Vec<String> = slots.iter().map(|s| s.to_string()).collect();
-    c.query(
-        "SELECT format('%s %s %s %s %s %s %s %s %s %s %s', slot_name, state, in_creation,
-                waiting_xids, oldest_blocking_pid, restart_lsn_lag_bytes,
-                confirmed_flush_lag_bytes, catalog_xmin_age, last_running_xacts,
-                wal_since_running_xacts_bytes, releasable_bytes)
-           FROM snapbuild_slot_health WHERE slot_name = ANY($1) ORDER BY slot_name",
-        &[&names],
-    )
-    .unwrap_or_else(|e| panic!("snapbuild_slot_health: {}", err_text(&e)))
-    .iter()
-    .map(|r| r.get(0))
-    .collect()
-}
-
-/// WAL bytes each of `slots` took in a health scrape of `c` (one scrape for all).
-fn replayed_bytes(c: &mut Client, slots: &[&str]) -> Vec<i64> {
-    let names: Vec<String> = slots.iter().map(|s| s.to_string()).collect();
-    c.query(
-        "SELECT replayed_bytes FROM snapbuild_slot_health
-          WHERE slot_name = ANY($1) ORDER BY slot_name",
-        &[&names],
-    )
-    .unwrap()
-    .iter()
-    .map(|r| r.get(0))
-    .collect()
 }
 
 #[test]
@@ -1100,17 +1072,17 @@ fn d12_one_read_for_all_slots_gives_each_slots_own_replay() {
             let f0 = flush_lsn(c);
             // One scrape replays all three from one read of the WAL; the diagnoses
             // after it in the same session resume those replays.
-            let mut all = env.connect("pgsnap-diag-d12-all");
+            let mut all = env.connect_unshared("pgsnap-diag-d12-all");
             let bytes = replayed_bytes(&mut all, &slots);
             let one_pass = health_rows(&mut all, &slots);
             let warm: Vec<Vec<String>> = slots.iter().map(|s| diagnose_rows(&mut all, s)).collect();
             // Each slot alone, in a session of its own: its own read of the WAL.
             let alone: Vec<Vec<String>> = slots
                 .iter()
-                .map(|s| diagnose_rows(&mut env.connect("pgsnap-diag-d12-one"), s))
+                .map(|s| diagnose_rows(&mut env.connect_unshared("pgsnap-diag-d12-one"), s))
                 .collect();
             // The health numbers after the three single replays, in one session.
-            let mut each = env.connect("pgsnap-diag-d12-each");
+            let mut each = env.connect_unshared("pgsnap-diag-d12-each");
             for s in slots {
                 diagnose_rows(&mut each, s);
             }
@@ -1155,7 +1127,7 @@ fn d12_one_read_for_all_slots_gives_each_slots_own_replay() {
     // Churn: the holder ends, the third slot is dropped and created again (a later
     // restart_lsn), the first consumed (its restart_lsn moves): a session that scraped
     // before resumes what it can.
-    let mut kept = env.connect("pgsnap-diag-d12-kept");
+    let mut kept = env.connect_unshared("pgsnap-diag-d12-kept");
     health_rows(&mut kept, &slots);
     h.commit();
     c.execute("SELECT pg_drop_replication_slot($1)", &[&slots[2]])
@@ -1168,7 +1140,7 @@ fn d12_one_read_for_all_slots_gives_each_slots_own_replay() {
     for _ in 0..5 {
         let f1 = flush_lsn(&mut c);
         let resumed = health_rows(&mut kept, &slots);
-        let fresh = health_rows(&mut env.connect("pgsnap-diag-d12-fresh"), &slots);
+        let fresh = health_rows(&mut env.connect_unshared("pgsnap-diag-d12-fresh"), &slots);
         if flush_lsn(&mut c) == f1 {
             assert_eq!(resumed, fresh, "after churn: resumed vs a new session");
             compared = true;

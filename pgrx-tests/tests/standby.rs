@@ -147,17 +147,6 @@ fn check_standby_trace(
     rows
 }
 
-/// The primary's holder of `xid` found by the query a `waiting for primary transaction`
-/// remedy gives (the part before `; end it there`), run on the primary: its pid.
-fn pid_by_remedy(pc: &mut Client, remedy: &str) -> Option<i32> {
-    let start = remedy.find("SELECT ")?;
-    let end = remedy[start..].find("; end it there")? + start;
-    let rows = pc
-        .query(&remedy[start..end], &[])
-        .unwrap_or_else(|e| panic!("the remedy's query on the primary: {}", err_text(&e)));
-    rows.first().and_then(|r| r.get::<_, Option<i32>>(0))
-}
-
 // ---------------------------------------------------------------------------------------
 // st1: c-1 / c-2 / c-3 on the standby, the diagnosis, decoding and .snap files there
 // ---------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 pub mod activity;
 pub mod heap;
 pub mod server_log;
+pub mod shared_state;
 pub mod slots;
 pub mod snapfiles;
 pub mod wal;

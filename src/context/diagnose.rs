@@ -11,7 +11,7 @@ use snapbuild_core::server_log::LogEvent;
 use snapbuild_core::{Lsn, Replay};
 
 use crate::adapter::slots::SlotCopy;
-use crate::adapter::{activity, server_version, wal};
+use crate::adapter::{activity, server_version, shared_state, wal};
 use crate::context::group::ReplayGroup;
 use crate::context::input::for_slot_copy;
 use crate::context::DecodingContext;
@@ -90,8 +90,50 @@ pub fn diagnose_slot(slot: &SlotCopy) -> Option<Vec<Finding>> {
 /// pg_replication_slots meanwhile is left out. The replays of all of them are brought to
 /// the end of flushed WAL by one read of it ([`ReplayGroup::advance`]); replays of slots
 /// no longer in `slots` are forgotten.
-pub fn slots_health(slots: &[SlotCopy]) -> Vec<(String, diagnose::Health, u64)> {
+pub fn slots_health(slots: &[SlotCopy]) -> Vec<(String, diagnose::Health, Judged)> {
     judge_slots(slots, true, diagnose::health)
+}
+
+/// The findings of every logical slot in `slots` (see [`diagnose::diagnose`]), from one
+/// read of the WAL for all of them, as [`slots_health`] reads it; a slot that vanished
+/// from pg_replication_slots meanwhile is left out. Used by the watcher.
+pub fn diagnose_slots(slots: &[SlotCopy]) -> Vec<(String, Vec<Finding>)> {
+    judge_slots(slots, true, diagnose::diagnose)
+        .into_iter()
+        .map(|(name, findings, _)| (name, findings))
+        .collect()
+}
+
+/// Where a slot's replay lives after a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplayHome {
+    /// In shared memory (the library is preloaded and `pg_snapbuild.shared_state` is on):
+    /// every session and the watcher resume it.
+    Shared,
+    /// In this backend only (no shared area, the setting is off, or the replay does not
+    /// fit in the area).
+    Backend,
+    /// Not replayed (invalidated, or its WAL is gone).
+    None,
+}
+
+impl ReplayHome {
+    /// The `replay_state` column's text (NULL for [`ReplayHome::None`]).
+    pub fn text(self) -> Option<&'static str> {
+        match self {
+            ReplayHome::Shared => Some("shared"),
+            ReplayHome::Backend => Some("backend"),
+            ReplayHome::None => None,
+        }
+    }
+}
+
+/// What a call did for one slot besides judging it.
+#[derive(Clone, Copy, Debug)]
+pub struct Judged {
+    /// WAL bytes its replay took in this call.
+    pub bytes: u64,
+    pub replay: ReplayHome,
 }
 
 thread_local! {
@@ -108,7 +150,7 @@ fn judge_slots<T>(
     slots: &[SlotCopy],
     all: bool,
     f: fn(&SlotFacts, Option<&BuilderFacts>, &ServerFacts, &[diagnose::Holder]) -> T,
-) -> Vec<(String, T, u64)> {
+) -> Vec<(String, T, Judged)> {
     let mut group = GROUP.with(|g| std::mem::take(&mut *g.borrow_mut()));
     let live: Vec<String> = if all {
         slots.iter().map(|s| s.name.clone()).collect()
@@ -119,6 +161,10 @@ fn judge_slots<T>(
             .map(|s| s.name)
             .collect()
     };
+    let shared = shared_state::available();
+    if shared {
+        group.adopt(shared_state::load());
+    }
     group.retain_live(&live);
     let in_recovery = wal::in_recovery();
     let mut judged = Vec::new();
@@ -152,6 +198,13 @@ fn judge_slots<T>(
         .map(|(s, _, _)| s.name.as_str())
         .collect();
     let read = group.advance(|name| wanted.contains(&name));
+    let held = if shared {
+        let held = shared_state::store(&group.export(), Some(&live));
+        group.mark_shared(&held);
+        held
+    } else {
+        Vec::new()
+    };
     let rows = judged
         .into_iter()
         .map(|(slot, facts, _)| {
@@ -166,7 +219,12 @@ fn judge_slots<T>(
                 .find(|(n, _)| *n == slot.name)
                 .map_or(0, |(_, b)| *b);
             let t = judge(&facts, builder.as_ref(), &mut server, f);
-            (slot.name.clone(), t, bytes)
+            let replay = match group.member(&slot.name) {
+                None => ReplayHome::None,
+                Some(_) if held.contains(&slot.name) => ReplayHome::Shared,
+                Some(_) => ReplayHome::Backend,
+            };
+            (slot.name.clone(), t, Judged { bytes, replay })
         })
         .collect();
     GROUP.with(|g| *g.borrow_mut() = group);

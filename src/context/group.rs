@@ -14,6 +14,7 @@
 //! ended) is started again; the others keep their place.
 
 use pgrx::prelude::*;
+use snapbuild_core::replication::shared_replays::Entry;
 use snapbuild_core::{Lsn, Replay};
 
 use crate::adapter::slots::SlotCopy;
@@ -24,7 +25,7 @@ use crate::context::input::for_slot_copy;
 /// What identifies a slot's decoder: its restart_lsn, whether it is being created, and
 /// the initial xmin horizon while it is. Another key is another decoder: its replay
 /// starts afresh.
-pub type ReplayKey = (u64, bool, u32);
+pub use snapbuild_core::replication::shared_replays::ReplayKey;
 
 /// The key of `slot`'s decoder now.
 pub fn key_of(slot: &SlotCopy) -> ReplayKey {
@@ -36,7 +37,9 @@ pub fn key_of(slot: &SlotCopy) -> ReplayKey {
     )
 }
 
-/// One slot's replay in a group.
+/// One slot's replay in a group. Serialized whole (JSON) into the shared area
+/// ([`crate::adapter::shared_state`]).
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Member {
     pub name: String,
     pub key: ReplayKey,
@@ -55,6 +58,9 @@ pub struct Member {
     pub stopped: bool,
     /// `.snap` files' format version on this server.
     version: u32,
+    /// How far the shared area holds this replay (0: not at all, or not known).
+    #[serde(skip)]
+    shared_end: Lsn,
 }
 
 impl Member {
@@ -80,6 +86,64 @@ impl ReplayGroup {
     /// The replay of slot `name`, if the group has one.
     pub fn member(&self, name: &str) -> Option<&Member> {
         self.members.iter().find(|m| m.name == name)
+    }
+
+    /// Takes, of the shared area's `entries`, each replay that is further along than the
+    /// one this group keeps for the same slot and decoder, or for a slot it keeps none
+    /// of (or one of another decoder: the area's may be the newer; [`ReplayGroup::ensure`]
+    /// starts afresh if neither is the slot's decoder now). An entry that does not
+    /// deserialize is passed over.
+    pub fn adopt(&mut self, entries: Vec<Entry>) {
+        for e in entries {
+            let local = self.members.iter().position(|m| m.name == e.name);
+            if let Some(m) = local.map(|i| &mut self.members[i]) {
+                if m.key == e.key && m.last_end.0 >= e.last_end {
+                    if m.last_end.0 == e.last_end {
+                        m.shared_end = m.last_end;
+                    }
+                    continue;
+                }
+            }
+            let Ok(mut m) = serde_json::from_slice::<Member>(&e.state) else {
+                continue;
+            };
+            if m.name != e.name || m.key != e.key || m.last_end.0 != e.last_end {
+                continue;
+            }
+            m.shared_end = m.last_end;
+            match local {
+                Some(i) => self.members[i] = m,
+                None => self.members.push(m),
+            }
+        }
+    }
+
+    /// The replays that went further than the shared area holds them, as its entries.
+    pub fn export(&self) -> Vec<Entry> {
+        self.members
+            .iter()
+            .filter(|m| m.shared_end.0 == 0 || m.last_end > m.shared_end)
+            .filter_map(|m| {
+                Some(Entry {
+                    name: m.name.clone(),
+                    key: m.key,
+                    last_end: m.last_end.0,
+                    state: serde_json::to_vec(m).ok()?,
+                })
+            })
+            .collect()
+    }
+
+    /// Notes that the shared area now holds the replays of the slots `held` as they
+    /// stand.
+    pub fn mark_shared(&mut self, held: &[String]) {
+        for m in &mut self.members {
+            m.shared_end = if held.contains(&m.name) {
+                m.last_end
+            } else {
+                Lsn(0)
+            };
+        }
     }
 
     /// Forgets the replays of slots not in `live`.
@@ -125,6 +189,7 @@ impl ReplayGroup {
             phase_since: None,
             stopped: false,
             version: input.params.version.snapbuild_version(),
+            shared_end: Lsn(0),
         });
         true
     }

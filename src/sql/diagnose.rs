@@ -192,13 +192,16 @@ fn state_text(h: &snapbuild_core::diagnose::Health) -> Option<String> {
 /// WAL bytes restart_lsn moves by when the transaction holding it ends and the consumer
 /// confirms, per the `forecast` of `snapbuild_diagnose`; at least the WAL up to the flush
 /// position when the target is the next RUNNING_XACTS; 0 when it would not move; NULL
-/// without a forecast).
+/// without a forecast), `replay_state` (text: where the slot's replay is kept for the next
+/// call: `shared`, in shared memory, resumed by every session and the watcher; `backend`,
+/// in this backend only; NULL when not replayed).
 ///
 /// The WAL is read once for all slots, from the earliest position any of their replays
-/// needs (see `context::group`). Each slot's replay stays in this backend's memory
-/// between calls, shared with `snapbuild_diagnose` (until the slot's restart_lsn moves,
-/// or its creation ends, or it is dropped): a repeated call reads only the WAL flushed
-/// since the previous one. A slot that vanishes meanwhile is skipped. Physical slots are
+/// needs (see `context::group`). Each slot's replay is kept between calls (until the
+/// slot's restart_lsn moves, or its creation ends, or it is dropped), shared with
+/// `snapbuild_diagnose`: in shared memory when the library is preloaded (every session
+/// resumes it; `pg_snapbuild.shared_state`), else in this backend. A call reads only the
+/// WAL flushed since the replays were last brought forward. A slot that vanishes meanwhile is skipped. Physical slots are
 /// not listed. Read-only; no errors of its own.
 #[pg_extern]
 #[allow(clippy::type_complexity)]
@@ -218,6 +221,7 @@ fn snapbuild_slot_health() -> TableIterator<
         name!(replayed_bytes, i64),
         name!(running_xacts_age_s, Option<f64>),
         name!(releasable_bytes, Option<i64>),
+        name!(replay_state, Option<String>),
     ),
 > {
     let slots: Vec<_> = crate::adapter::slots::copy_slots()
@@ -225,7 +229,7 @@ fn snapbuild_slot_health() -> TableIterator<
         .filter(|s| s.logical)
         .collect();
     let mut rows = Vec::new();
-    for (name, h, read) in crate::context::diagnose::slots_health(&slots) {
+    for (name, h, judged) in crate::context::diagnose::slots_health(&slots) {
         rows.push((
             PgName(name),
             state_text(&h),
@@ -237,9 +241,10 @@ fn snapbuild_slot_health() -> TableIterator<
             h.catalog_xmin_age,
             h.last_running_xacts.map(PgLsn::from),
             h.wal_since_running_xacts_bytes,
-            read as i64,
+            judged.bytes as i64,
             h.running_xacts_age_s,
             h.releasable_bytes,
+            judged.replay.text().map(str::to_owned),
         ));
     }
     TableIterator::new(rows)

@@ -19,6 +19,7 @@ use crate::include::xlogdefs::Lsn;
 
 pub mod forecast;
 pub mod slotsync;
+pub mod watch;
 pub use forecast::{forecast, Forecast, ForecastLsn, ForecastXid};
 pub use slotsync::{SyncSkip, SyncSkipReason, SyncedCopy};
 
@@ -171,7 +172,7 @@ pub struct Holder {
 }
 
 /// The kinds of finding, most important first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FindingKind {
     /// The slot was invalidated (or its WAL is lost): it cannot be used any more.
     Invalidated,

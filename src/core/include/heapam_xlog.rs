@@ -14,7 +14,7 @@ pub const SIZE_OF_HEAP_NEW_CID: usize = 34;
 
 /// The main data of HEAP2 `XLOG_HEAP2_NEW_CID` (heapam_xlog.h `xl_heap_new_cid`): which
 /// catalog tuple a transaction touched and with which command ids.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NewCid {
     /// The top-level xid (the tuple-cid list lives there).
     pub top_xid: TransactionId,

@@ -63,7 +63,7 @@ pub mod infomask {
 use infomask::*;
 
 /// The header fields of a heap tuple the visibility rules read.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TupleHeader {
     /// `t_xmin` as stored (HeapTupleHeaderGetRawXmin).
     pub raw_xmin: TransactionId,

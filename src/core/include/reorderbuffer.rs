@@ -9,7 +9,19 @@ use crate::include::xlogdefs::Lsn;
 
 /// The key of the tuple-cid map: where the tuple lives (reorderbuffer.c
 /// ReorderBufferTupleCidKey).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub struct TupleCidKey {
     pub locator: RelFileLocator,
     pub block: u32,
@@ -17,7 +29,7 @@ pub struct TupleCidKey {
 }
 
 /// One entry of the tuple-cid map (reorderbuffer.c ReorderBufferTupleCidEnt).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TupleCidEnt {
     pub cmin: CommandId,
     pub cmax: CommandId,
@@ -26,7 +38,7 @@ pub struct TupleCidEnt {
 
 /// One NEW_CID record's contribution to its top-level transaction's tuple-cid list
 /// (reorderbuffer.c ReorderBufferAddNewTupleCids).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TupleCid {
     pub lsn: Lsn,
     pub key: TupleCidKey,

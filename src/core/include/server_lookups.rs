@@ -9,7 +9,7 @@
 use crate::include::transam::TransactionId;
 
 /// A failed server lookup (a mapping file that cannot be listed, read or parsed).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum LookupError {
     /// Could not open, list or read: the server's `errcode_for_file_access` texts.
     Io(String),

@@ -7,7 +7,9 @@ use crate::include::transam::TransactionId;
 use crate::include::xlogdefs::Lsn;
 
 /// snapbuild.h `SnapBuildState`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum SnapBuildState {
     /// `SNAPBUILD_START` (-1).
     #[serde(rename = "start")]
@@ -55,7 +57,7 @@ impl SnapBuildState {
 }
 
 /// Why the builder built the snapshot it currently hands out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SnapshotOrigin {
     /// SnapBuildProcessChange: the first decoded change of `xid` found none.
     FirstChange(TransactionId),
@@ -69,7 +71,7 @@ pub enum SnapshotOrigin {
 }
 
 /// `builder->snapshot` with its provenance.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BuiltSnapshot {
     pub snapshot: HistoricSnapshot,
     /// The LSN of the record at which it was built (None when [`SnapshotOrigin::BuiltNow`]).

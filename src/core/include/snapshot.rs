@@ -23,7 +23,7 @@ pub const FIRST_COMMAND_ID: CommandId = 0;
 /// committed catalog-modifying transactions), `subxip` the decoding transaction's own
 /// xids (top level and subtransactions). Both are kept sorted with xidComparator so
 /// that membership tests behave as the server's bsearch does.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HistoricSnapshot {
     pub xmin: TransactionId,
     pub xmax: TransactionId,

@@ -6,7 +6,7 @@ use crate::include::transam::TransactionId;
 ///
 /// `xids` holds `xcnt` top-level xids followed by `subxcnt` subtransaction xids, exactly
 /// as in the record.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RunningXacts {
     /// Number of top-level xids at the front of `xids`.
     pub xcnt: u32,
@@ -25,7 +25,7 @@ pub struct RunningXacts {
 }
 
 /// Why a record's main data is not a well-formed `xl_running_xacts`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum RunningXactsError {
     /// Fewer bytes than the fixed part (24).
     Short { len: usize },

@@ -13,7 +13,9 @@
 ///
 /// The extension reads it at run time from the server's `server_version_num` (a library
 /// built against one minor's headers runs on every minor of its major).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct PgVersion {
     pub major: u32,
     pub minor: u32,

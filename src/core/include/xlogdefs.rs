@@ -13,6 +13,18 @@ impl serde::Serialize for Lsn {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for Lsn {
+    /// From `pg_lsn` text (`%X/%X`), as [`Lsn`]'s Serialize writes it.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        let bad = || serde::de::Error::custom(format!("invalid LSN \"{text}\""));
+        let (hi, lo) = text.split_once('/').ok_or_else(bad)?;
+        let hi = u32::from_str_radix(hi, 16).map_err(|_| bad())?;
+        let lo = u32::from_str_radix(lo, 16).map_err(|_| bad())?;
+        Ok(Lsn((u64::from(hi) << 32) | u64::from(lo)))
+    }
+}
+
 /// `InvalidXLogRecPtr`.
 pub const INVALID_LSN: Lsn = Lsn(0);
 

@@ -23,7 +23,7 @@ use crate::replication::snapbuild_ondisk::{OnDiskError, SnapBuildOnDisk};
 
 /// The records decode.c passes on to snapbuild.c or the reorder-buffer bookkeeping it
 /// depends on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum RecordKind {
     /// STANDBY `XLOG_RUNNING_XACTS` (0x10).
     RunningXacts,
@@ -124,7 +124,7 @@ impl RecordKind {
 }
 
 /// The header facts of one WAL record the replay needs.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct RecordHead {
     /// Start of the record (`ReadRecPtr`, decode.c's `origptr`).
     pub lsn: Lsn,
@@ -143,7 +143,7 @@ pub struct RecordHead {
 }
 
 /// The parsed body of the records whose body matters.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub enum Payload {
     None,
     RunningXacts(RunningXacts),
@@ -296,7 +296,7 @@ pub fn subtransaction_messages(top: TransactionId, subs: &[TransactionId]) -> St
 }
 
 /// Why the replay stopped early: the server would have raised this ERROR here.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct ReplayError {
     pub row: TraceRow,
     pub error: OnDiskError,
@@ -305,7 +305,7 @@ pub struct ReplayError {
 /// How the decoding context treats prepared transactions: logical.c's `ctx->twophase`
 /// (the slot has `two_phase` and the output plugin has the two-phase callbacks) and the
 /// plugin's filter_prepare callback.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TwoPhaseDecoding {
     /// `ctx->twophase`: PREPARE is decoded on its own.
     pub enabled: bool,
@@ -338,7 +338,9 @@ impl TwoPhaseDecoding {
     }
 }
 
-/// A replay in progress.
+/// A replay in progress. Serialized (serde) to share it between processes: every field
+/// but a spare row box, which holds nothing a later record reads.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Replay {
     pub builder: SnapBuild,
     /// The slot's database (`ctx->slot->data.database`), for DecodeTXNNeedSkip.
@@ -357,6 +359,7 @@ pub struct Replay {
     pub last_running_xacts: Option<(Lsn, Lsn, RunningXacts)>,
     /// A row's box given back once the row was used ([`Replay::give_back`]), for the next
     /// row: a trace makes a row per commit, or per record.
+    #[serde(skip)]
     spare_row: Option<Box<TraceRow>>,
 }
 
@@ -762,7 +765,7 @@ impl Replay {
 
 /// What decode.c did with a commit, an abort or a PREPARE of a prepared transaction, and
 /// so which output plugin callbacks ran ([`DecodeVerdict::sends`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum DecodeVerdict {
     /// xact_decode bails out before FULL_SNAPSHOT.
     NotSeenBeforeFull,

@@ -9,7 +9,7 @@ use crate::include::xlogdefs::{Lsn, INVALID_LSN};
 
 /// The fields of a logical slot (`ReplicationSlot` and its persistent data) that
 /// decoding moves.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SlotModel {
     pub catalog_xmin: TransactionId,
     pub effective_catalog_xmin: TransactionId,

@@ -19,7 +19,7 @@ pub struct LogicalMessage<'a> {
 }
 
 /// Why a record's main data is not a well-formed `xl_logical_message`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum LogicalMessageError {
     /// Fewer bytes than the fixed part.
     Short { len: usize },

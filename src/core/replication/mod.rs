@@ -4,6 +4,7 @@ pub mod decode;
 pub mod logical;
 pub mod message;
 pub mod reorderbuffer;
+pub mod shared_replays;
 pub mod slot_invalidation;
 pub mod snapbuild;
 pub mod snapbuild_ondisk;

@@ -26,7 +26,7 @@ use crate::include::transam::{self, TransactionId};
 use crate::include::xlogdefs::Lsn;
 
 /// The tuple-cid map of one decoding transaction.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TupleCidHash {
     map: HashMap<TupleCidKey, TupleCidEnt>,
 }
@@ -83,7 +83,7 @@ impl TupleCidHash {
 
 /// The tuple-cid lookups of one scan: the decoding transaction's map (None when
 /// ReorderBufferBuildTupleCidHash leaves it unset) and the relation being scanned.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct CidResolver {
     pub hash: Option<TupleCidHash>,
     /// `t_tableOid`: the mapping files are per relation.
@@ -166,7 +166,7 @@ impl CidResolver {
 }
 
 /// A transaction as the reorder buffer knows it, as far as snapbuild.c cares.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 struct Txn {
     /// Top-level xid if this is an assigned subtransaction.
     top: Option<TransactionId>,
@@ -192,7 +192,7 @@ struct Txn {
 }
 
 /// How the reorder buffer last saw a transaction (for [`DecodingTxn`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum TxnStatus {
     /// Known and not yet finished.
     InProgress,
@@ -234,7 +234,7 @@ impl TxnStatus {
 
 /// What ReorderBufferProcessTXN would start from for one top-level transaction: the
 /// inputs of ReorderBufferCopySnap and ReorderBufferBuildTupleCidHash.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DecodingTxn {
     /// The top-level xid (the one asked for, or its parent).
     pub top: TransactionId,
@@ -253,7 +253,7 @@ pub struct DecodingTxn {
 
 /// The part of reorderbuffer.c the builder depends on: known transactions in
 /// first-seen order, their subtransactions, catalog-change flags and base snapshots.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct ReorderModel {
     /// Boxed: transactions come and go at every commit while a handful are known at
     /// once, and the hash table moves its values when it reclaims deleted slots; a
@@ -297,7 +297,7 @@ const SPARE_TXNS: usize = 32;
 /// entry is never a hole. Appending and asking for the first are O(1), removing one is
 /// O(log n) (the server unlinks from a list in O(1)), and memory stays within twice the
 /// transactions held.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 struct TopLevelOrder {
     queue: VecDeque<(u64, TransactionId)>,
     live: usize,
@@ -346,7 +346,7 @@ impl TopLevelOrder {
 /// A direct-mapped set of a few xids (slot `xid % 16`), a cache in front of the hash
 /// table for the transactions in progress: `contains` may say false for a member, never
 /// true for an xid that was not inserted (or was removed) since the last `clear`.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 struct XidCache([TransactionId; 16]);
 
 impl XidCache {
@@ -756,7 +756,7 @@ impl ReorderModel {
 
 /// The catalog snapshot of a replay at its current position, for one decoding
 /// transaction or none.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HistoricView {
     /// The builder's snapshot (SnapBuildBuildSnapshot) and where it was built.
     pub base: BuiltSnapshot,

@@ -35,7 +35,7 @@ use crate::include::version::PgVersion;
 pub const WAL_LEVEL_LOGICAL: i32 = 2;
 
 /// What a record asks of the slots when a hot standby redoes it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Conflict {
     /// ResolveRecoveryConflictWithSnapshot(horizon, catalog_rel, locator with `db`): `db` 0
     /// is a shared relation.
@@ -123,7 +123,7 @@ pub fn record_conflict(
 }
 
 /// The slot facts DetermineSlotInvalidationCause reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SlotFacts {
     /// `data.database` (0: a physical slot).
     pub database: u32,
@@ -132,7 +132,7 @@ pub struct SlotFacts {
 }
 
 /// `ReplicationSlotInvalidationCause` for the causes recovery can trigger.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Cause {
     /// `RS_INVAL_HORIZON`.
     RowsRemoved,
@@ -161,7 +161,7 @@ impl Cause {
 }
 
 /// The replay's verdict on one record for one slot.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Judgement {
     /// The standby invalidates the slot when it redoes this record; the DETAIL the server
     /// logs with it (ReportSlotInvalidation's, untranslated) is a function of the cause.

@@ -23,7 +23,7 @@ use crate::replication::snapbuild_ondisk::{
 };
 
 /// Which way SnapBuildFindSnapshot (or the code around it) went on one record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Branch {
     /// The pre-filter: `oldestRunningXid` precedes `initial_xmin_horizon`.
     XminHorizonTooLow,
@@ -69,7 +69,7 @@ impl Branch {
 }
 
 /// Message severity, as the server would log it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Level {
     Debug1,
     Log,
@@ -87,7 +87,7 @@ impl Level {
 
 /// A message the server emits on a branch, with its DETAIL. Bounded, allocation-free
 /// text: the longest server message here is well under 160 bytes.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ServerMessage {
     pub level: Level,
     pub message: heapless::String<160>,
@@ -113,7 +113,7 @@ fn msg(
 }
 
 /// The parameters AllocateSnapshotBuilder receives (logical.c fills them from the slot).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BuilderParams {
     /// Rules of this major version.
     pub version: PgVersion,
@@ -146,7 +146,7 @@ impl BuilderParams {
 }
 
 /// What SnapBuildCommitTxn decided for one commit.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CommitVerdict {
     /// State START, or BUILDING and the xid precedes next_phase_at (not reachable
     /// through decode.c, which drops commits before FULL_SNAPSHOT; kept for fidelity).
@@ -168,7 +168,7 @@ pub enum CommitVerdict {
 
 /// What the serialized xmin rests on: the last RUNNING_XACTS the builder processed, and
 /// whether its xmin was taken from a restored file since then.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SerializeContext {
     pub prev_running_xacts: Lsn,
     pub xmin_from_restore: bool,
@@ -178,7 +178,7 @@ pub struct SerializeContext {
 }
 
 /// The outcome of one record, for the trace.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Step {
     pub branch: Branch,
     pub state_before: SnapBuildState,
@@ -205,7 +205,7 @@ pub type RestoreResult = Result<Option<SnapBuildOnDisk>, OnDiskError>;
 
 /// The replayed snapshot builder: snapbuild.c's `struct SnapBuild` and the reorder
 /// buffer facts it uses.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct SnapBuild {
     pub version: PgVersion,
     pub state: SnapBuildState,

@@ -47,7 +47,7 @@ pub fn builder_size(version: u32) -> Option<usize> {
 }
 
 /// The serialized `SnapBuild` as it sits in a file. Memory-only pointers are not kept.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OnDiskBuilder {
     /// Raw `SnapBuildState` (-1 start, 0 building, 1 full, 2 consistent).
     pub state: i32,
@@ -78,7 +78,7 @@ impl OnDiskBuilder {
 }
 
 /// A whole `.snap` file (`SnapBuildOnDisk` plus the xid arrays that follow it).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SnapBuildOnDisk {
     pub magic: u32,
     /// CRC-32C stored in the file.
@@ -95,7 +95,7 @@ pub struct SnapBuildOnDisk {
 
 /// A defect found while reading a `.snap` file; each maps to the server's own ERROR.
 /// All are SQLSTATE `data_corrupted` (XX001).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum OnDiskError {
     /// A read came up short: `read N of M` (the server reads the constant part, the
     /// builder, the committed xids and the catchange xids in turn).

@@ -145,6 +145,9 @@ fn state_machine_invariants_on_random_histories() {
 /// builder is consistent after the first ones and `two_phase_at` / `start_decoding_at`
 /// are set where it became consistent, as DecodingContextFindStartpoint does.
 ///
+/// Every seventh record, the lean replay is serialized and read back (as the shared area
+/// holds replays between processes) before it is fed: its rows must stay those of `feed`.
+///
 /// The protocol a downstream relies on: COMMIT PREPARED is only sent for a transaction
 /// whose PREPARE it got (earlier, or replayed at COMMIT PREPARED), and
 /// `decoded` is true exactly when a callback ran. PostgreSQL 15.19+ keep it; 14.22 sends
@@ -277,6 +280,12 @@ fn two_phase_protocol_on_random_histories() {
                         }
                     }
                 };
+                if step % 7 == 3 {
+                    // The replay as the shared area holds it (serialized, then read back by
+                    // another process): it must go on exactly as the one never serialized.
+                    let bytes = serde_json::to_vec(&lean).unwrap();
+                    lean = serde_json::from_slice(&bytes).unwrap();
+                }
                 let row = replay.feed(&h, &payload, &mut none).unwrap();
                 let lean_row = match lean.feed_lean(&h, &payload, &mut none).unwrap() {
                     Some(r) => *r,

@@ -1,0 +1,206 @@
+//! The slots' replays in shared memory (`shared_preload_libraries = 'pg_snapbuild'`, as
+//! the test clusters run): a new session's `snapbuild_slot_health` and `snapbuild_diagnose`
+//! resume what another session left there, and must give exactly what a full replay of
+//! the same WAL gives (a session with `pg_snapbuild.shared_state = off`, which replays every
+//! slot from its restart_lsn), compared at one flush position:
+//!
+//! - sh1: three slots at three restart_lsns, one held by an open transaction. A new
+//!   session after another one scraped reads only the WAL flushed since (`replay_state` =
+//!   `shared`), and its health rows and diagnoses equal the full replay's; again after
+//!   churn (the holder commits, a slot dropped and created again, another consumed so its
+//!   restart_lsn moves); with four sessions scraping at once; and after a crash restart
+//!   (the area is made anew and filled again by the next scrape).
+
+use pg_snapbuild_tests::*;
+use postgres::Client;
+
+const SLOTS: [&str; 3] = ["pgsnap_sh1_a", "pgsnap_sh1_b", "pgsnap_sh1_c"];
+
+/// (replayed_bytes, replay_state) of [`SLOTS`] in one scrape.
+fn scrape_meta(c: &mut Client) -> Vec<(i64, Option<String>)> {
+    let names: Vec<String> = SLOTS.iter().map(|s| s.to_string()).collect();
+    c.query(
+        "SELECT replayed_bytes, replay_state FROM snapbuild_slot_health
+          WHERE slot_name = ANY($1) ORDER BY slot_name",
+        &[&names],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+/// `snapbuild_diagnose(slot)` as row texts (every column but the time-dependent `since`).
+fn diagnose_rows(c: &mut Client, slot: &str) -> Vec<String> {
+    c.query(
+        "SELECT format('%s|%s|%s|%s|%s|%s|%s', kind, finding, xid, pid, lsn, bytes, remedy)
+           FROM snapbuild_diagnose($1)",
+        &[&slot],
+    )
+    .unwrap_or_else(|e| panic!("snapbuild_diagnose({slot}): {}", err_text(&e)))
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+/// Three rounds of: a RUNNING_XACTS, then `pg_logical_slot_get_changes` to the end.
+fn advance(env: &Env, c: &mut Client, slot: &str) {
+    for _ in 0..3 {
+        env.log_standby_snapshot_flushed(c, "pgsnap_sh1_t", "0");
+        consume_changes(c, slot);
+    }
+}
+
+/// What a new shared session and a full replay give at one flush position: the shared
+/// session's (bytes, replay_state) per slot, and the number of diagnosis rows compared.
+/// Panics if they differ.
+fn compare(env: &Env, c: &mut Client, round: &str) -> (Vec<(i64, Option<String>)>, usize) {
+    for _ in 0..5 {
+        let f0 = flush_lsn(c);
+        let mut shared = env.connect("pgsnap-sh1-shared");
+        let meta = scrape_meta(&mut shared);
+        let rows = health_rows(&mut shared, &SLOTS);
+        let diags: Vec<Vec<String>> = SLOTS
+            .iter()
+            .map(|s| diagnose_rows(&mut shared, s))
+            .collect();
+        let mut full = env.connect_unshared("pgsnap-sh1-full");
+        let full_rows = health_rows(&mut full, &SLOTS);
+        let full_diags: Vec<Vec<String>> =
+            SLOTS.iter().map(|s| diagnose_rows(&mut full, s)).collect();
+        if flush_lsn(c) != f0 {
+            continue;
+        }
+        assert_eq!(rows.len(), SLOTS.len(), "{round}: {rows:#?}");
+        assert_eq!(rows, full_rows, "{round}: shared vs full replay (health)");
+        assert_eq!(
+            diags, full_diags,
+            "{round}: shared vs full replay (diagnosis)"
+        );
+        return (meta, diags.iter().map(Vec::len).sum());
+    }
+    panic!("{round}: no flush position stood still across the scrapes");
+}
+
+#[test]
+fn sh1_new_sessions_resume_the_shared_replays_and_match_a_full_one() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let preload: String = c
+        .query_one("SHOW shared_preload_libraries", &[])
+        .unwrap()
+        .get(0);
+    assert!(
+        preload.contains("pg_snapbuild"),
+        "the test clusters preload pg_snapbuild (scripts/cluster.sh); shared_preload_libraries = '{preload}'"
+    );
+    let _guards: Vec<SlotGuard> = SLOTS.iter().map(|s| SlotGuard::new(&env, s)).collect();
+    c.batch_execute("CREATE TABLE IF NOT EXISTS pgsnap_sh1_t (i int)")
+        .unwrap();
+    create_slot(&env, SLOTS[0]);
+    c.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 15000)")
+        .unwrap();
+    create_slot(&env, SLOTS[1]);
+    c.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 15000)")
+        .unwrap();
+    create_slot(&env, SLOTS[2]);
+    let mut h = OpenXact::begin(&env, "pgsnap-sh1-holder");
+    h.exec("INSERT INTO pgsnap_sh1_t VALUES (1)");
+    advance(&env, &mut c, SLOTS[1]);
+
+    // A first session scrapes: the replays go to the shared area.
+    let mut first = env.connect("pgsnap-sh1-first");
+    let meta = scrape_meta(&mut first);
+    assert!(
+        meta.iter().all(|(_, s)| s.as_deref() == Some("shared")),
+        "{meta:?}"
+    );
+    let f_first = flush_lsn(&mut c);
+    c.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 15000)")
+        .unwrap();
+
+    let (resumed, n_diag) = compare(&env, &mut c, "three slots");
+    // The new session read only what was flushed after the first scrape.
+    let since = (flush_lsn(&mut c) - f_first) as i64;
+    for (i, (bytes, state)) in resumed.iter().enumerate() {
+        assert_eq!(state.as_deref(), Some("shared"), "{}", SLOTS[i]);
+        assert!(
+            *bytes <= since + 8192,
+            "{}: a new session took {bytes} bytes; {since} were flushed since the first scrape",
+            SLOTS[i]
+        );
+    }
+    let rl0 = server_slot(&mut c, SLOTS[0]).restart_lsn;
+    let full0: i64 = env
+        .connect_unshared("pgsnap-sh1-bytes")
+        .query_one(
+            "SELECT replayed_bytes FROM snapbuild_slot_health WHERE slot_name = $1",
+            &[&SLOTS[0]],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        full0 > since + 8192 && full0 as u64 <= flush_lsn(&mut c) - rl0,
+        "a full replay of {} takes its backlog: {full0} bytes",
+        SLOTS[0]
+    );
+
+    // Churn: the holder ends, the third slot is dropped and created again, the first
+    // consumed (its restart_lsn moves).
+    h.commit();
+    c.execute("SELECT pg_drop_replication_slot($1)", &[&SLOTS[2]])
+        .unwrap();
+    c.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 15000)")
+        .unwrap();
+    create_slot(&env, SLOTS[2]);
+    advance(&env, &mut c, SLOTS[0]);
+    assert_ne!(server_slot(&mut c, SLOTS[0]).restart_lsn, rl0);
+    let (_, n_churn) = compare(&env, &mut c, "after churn");
+
+    // Four sessions at once, after more WAL.
+    c.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 30000)")
+        .unwrap();
+    let mut together = 0;
+    for _ in 0..5 {
+        let f0 = flush_lsn(&mut c);
+        let handles: Vec<_> = (0..4)
+            .map(|i| {
+                let env = env.clone();
+                std::thread::spawn(move || {
+                    health_rows(&mut env.connect(&format!("pgsnap-sh1-many-{i}")), &SLOTS)
+                })
+            })
+            .collect();
+        let got: Vec<Vec<String>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let full = health_rows(&mut env.connect_unshared("pgsnap-sh1-full"), &SLOTS);
+        if flush_lsn(&mut c) != f0 {
+            continue;
+        }
+        for g in &got {
+            assert_eq!(
+                g, &full,
+                "a session scraping beside three others vs a full replay"
+            );
+        }
+        together = got.len();
+        break;
+    }
+    assert_eq!(
+        together, 4,
+        "no flush position stood still across the scrapes"
+    );
+
+    // A crash restart: the area is made anew.
+    let mut c = env.crash_restart("pgsnap-sh1-after-crash");
+    let (meta, n_crash) = compare(&env, &mut c, "after a crash restart");
+    assert!(
+        meta.iter().all(|(_, s)| s.as_deref() == Some("shared")),
+        "{meta:?}"
+    );
+    println!(
+        "pgsnap-counts: sh1 shared = full replay: {n_diag} diagnosis rows and 3 health rows; after churn {n_churn} rows; 4 sessions at once; after a crash restart {n_crash} rows; a new session took {:?} bytes where a full replay took {full0} for {}",
+        resumed.iter().map(|m| m.0).collect::<Vec<_>>(),
+        SLOTS[0]
+    );
+}

@@ -1,0 +1,326 @@
+//! What the watcher (the optional background worker) writes to the server log, decided from
+//! the diagnoses of every logical slot it makes at each look ([`Watch::observe`]).
+//!
+//! Two things are worth a LOG line before anyone asks:
+//! - a slot creation that has waited at least `log_waits_after`: one line naming what it
+//!   waits for (the diagnosis' `creation waiting` finding, and each transaction it waits
+//!   for with its holder: pid, application, xid, or the prepared transaction's gid) and
+//!   the remedies; repeated at most once per `repeat_every` while it still waits;
+//! - a slot whose restart_lsn or catalog_xmin has been held by the same transaction for
+//!   at least `log_holds_after`: one line per slot, kind and holding xid.
+//!
+//! Durations are counted from the first look that saw the condition (the watcher does not
+//! know when it began before that), so a line says "at least". A slot that is gone, a
+//! creation that ended, or a hold that moved to another xid is forgotten.
+
+use std::collections::HashMap;
+
+use super::{Finding, FindingKind};
+use crate::TransactionId;
+
+/// The watcher's settings, in microseconds (0: that kind of line is off).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WatchSettings {
+    /// `pg_snapbuild.log_waits_after`.
+    pub log_waits_after: i64,
+    /// `pg_snapbuild.log_holds_after`.
+    pub log_holds_after: i64,
+    /// The least time between two lines about the same waiting creation.
+    pub repeat_every: i64,
+}
+
+/// One LOG line: its message, DETAIL and HINT.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogLine {
+    pub slot: String,
+    pub message: String,
+    pub detail: Option<String>,
+    pub hint: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    first: i64,
+    logged: Option<i64>,
+}
+
+/// What the watcher remembers between looks: since when it has seen each creation wait
+/// (per slot and creating pid) and each hold (per slot, kind and xid), and when it last
+/// wrote about it.
+#[derive(Debug, Default)]
+pub struct Watch {
+    creations: HashMap<(String, Option<i32>), Seen>,
+    holds: HashMap<(String, FindingKind, TransactionId), Seen>,
+}
+
+/// The findings that name what a creation waits for.
+fn is_creation_blocker(k: FindingKind) -> bool {
+    matches!(
+        k,
+        FindingKind::WaitingForTransaction
+            | FindingKind::WaitingForPreparedTransaction
+            | FindingKind::WaitingForPrimaryTransaction
+            | FindingKind::WaitingForEndedTransaction
+            | FindingKind::WaitingForWal
+    )
+}
+
+/// `us` microseconds as whole seconds.
+fn seconds(us: i64) -> i64 {
+    us / 1_000_000
+}
+
+/// The remedies of `findings`, each once, in order.
+fn remedies<'a>(findings: impl Iterator<Item = &'a Finding>) -> Option<String> {
+    let mut seen: Vec<&str> = Vec::new();
+    for f in findings {
+        if let Some(r) = f.remedy.as_deref() {
+            if !seen.contains(&r) {
+                seen.push(r);
+            }
+        }
+    }
+    (!seen.is_empty()).then(|| seen.join("; "))
+}
+
+impl Watch {
+    /// Takes the diagnoses of every logical slot at time `now` (microseconds, any epoch,
+    /// never going back) and returns the lines to write now. `slots`: each slot's name, the
+    /// pid creating it (None when it is not being created) and its findings
+    /// ([`super::diagnose`]).
+    pub fn observe(
+        &mut self,
+        now: i64,
+        slots: &[(String, Option<i32>, Vec<Finding>)],
+        s: &WatchSettings,
+    ) -> Vec<LogLine> {
+        let mut lines = Vec::new();
+        let mut creations = HashMap::new();
+        let mut holds = HashMap::new();
+        for (name, creator, findings) in slots {
+            let creating = findings
+                .iter()
+                .find(|f| f.kind == Some(FindingKind::CreationWaiting));
+            if let Some(c) = creating {
+                let key = (name.clone(), *creator);
+                let mut seen = self.creations.get(&key).copied().unwrap_or(Seen {
+                    first: now,
+                    logged: None,
+                });
+                let waited = now - seen.first;
+                let due = seen.logged.is_none_or(|l| now - l >= s.repeat_every);
+                if s.log_waits_after > 0 && waited >= s.log_waits_after && due {
+                    let blockers: Vec<&Finding> = findings
+                        .iter()
+                        .filter(|f| f.kind.is_some_and(is_creation_blocker))
+                        .collect();
+                    let mut detail = c.finding.clone();
+                    for b in &blockers {
+                        detail.push('\n');
+                        detail.push_str(&b.finding);
+                    }
+                    lines.push(LogLine {
+                        slot: name.clone(),
+                        message: format!(
+                            "creation of logical replication slot \"{name}\" has waited at least {} s",
+                            seconds(waited)
+                        ),
+                        detail: Some(detail),
+                        hint: remedies(blockers.into_iter()),
+                    });
+                    seen.logged = Some(now);
+                }
+                creations.insert(key, seen);
+            }
+            for f in findings {
+                let (
+                    Some(kind @ (FindingKind::RestartLsnHeld | FindingKind::CatalogXminHeld)),
+                    Some(x),
+                ) = (f.kind, f.xid)
+                else {
+                    continue;
+                };
+                let key = (name.clone(), kind, x);
+                let mut seen = self.holds.get(&key).copied().unwrap_or(Seen {
+                    first: now,
+                    logged: None,
+                });
+                let held = now - seen.first;
+                if s.log_holds_after > 0 && held >= s.log_holds_after && seen.logged.is_none() {
+                    let what = if kind == FindingKind::RestartLsnHeld {
+                        "restart_lsn"
+                    } else {
+                        "catalog_xmin"
+                    };
+                    // The forecast for the same xid says what ending it releases.
+                    let forecast = findings
+                        .iter()
+                        .find(|g| g.kind == Some(FindingKind::Forecast) && g.xid == Some(x));
+                    let mut detail = f.finding.clone();
+                    if let Some(g) = forecast {
+                        detail.push('\n');
+                        detail.push_str(&g.finding);
+                    }
+                    lines.push(LogLine {
+                        slot: name.clone(),
+                        message: format!(
+                            "{what} of logical replication slot \"{name}\" has been held by transaction {x} for at least {} s",
+                            seconds(held)
+                        ),
+                        detail: Some(detail),
+                        hint: f.remedy.clone(),
+                    });
+                    seen.logged = Some(now);
+                }
+                holds.insert(key, seen);
+            }
+        }
+        self.creations = creations;
+        self.holds = holds;
+        lines
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: i64 = 1_000_000;
+
+    fn settings() -> WatchSettings {
+        WatchSettings {
+            log_waits_after: 10 * S,
+            log_holds_after: 60 * S,
+            repeat_every: 60 * S,
+        }
+    }
+
+    fn finding(kind: FindingKind, text: &str, xid: Option<u32>, remedy: Option<&str>) -> Finding {
+        Finding {
+            kind: Some(kind),
+            finding: text.into(),
+            xid,
+            remedy: remedy.map(Into::into),
+            ..Default::default()
+        }
+    }
+
+    fn creating(pid: i32) -> (String, Option<i32>, Vec<Finding>) {
+        (
+            "cdc".into(),
+            Some(pid),
+            vec![
+                finding(
+                    FindingKind::CreationWaiting,
+                    "slot \"cdc\" is being created",
+                    Some(759),
+                    None,
+                ),
+                finding(
+                    FindingKind::WaitingForTransaction,
+                    "the creation waits for xid 758, held by pid 41",
+                    Some(758),
+                    Some("COMMIT or ROLLBACK in that session, or SELECT pg_terminate_backend(41)"),
+                ),
+                finding(FindingKind::RetainedWal, "kept", None, None),
+            ],
+        )
+    }
+
+    #[test]
+    fn a_waiting_creation_is_logged_after_the_threshold_then_once_a_minute() {
+        let mut w = Watch::default();
+        let s = settings();
+        let slots = [creating(7)];
+        assert!(w.observe(0, &slots, &s).is_empty());
+        assert!(w.observe(9 * S, &slots, &s).is_empty());
+        let l = w.observe(10 * S, &slots, &s);
+        assert_eq!(l.len(), 1);
+        assert_eq!(
+            l[0].message,
+            "creation of logical replication slot \"cdc\" has waited at least 10 s"
+        );
+        assert_eq!(
+            l[0].detail.as_deref(),
+            Some("slot \"cdc\" is being created\nthe creation waits for xid 758, held by pid 41")
+        );
+        assert_eq!(
+            l[0].hint.as_deref(),
+            Some("COMMIT or ROLLBACK in that session, or SELECT pg_terminate_backend(41)")
+        );
+        assert!(w.observe(20 * S, &slots, &s).is_empty());
+        assert!(w.observe(69 * S, &slots, &s).is_empty());
+        assert_eq!(w.observe(70 * S, &slots, &s).len(), 1);
+    }
+
+    #[test]
+    fn a_new_creation_of_the_same_name_starts_counting_again() {
+        let mut w = Watch::default();
+        let s = settings();
+        w.observe(0, &[creating(7)], &s);
+        assert_eq!(w.observe(10 * S, &[creating(7)], &s).len(), 1);
+        // The slot is gone, then created again by another process.
+        assert!(w.observe(11 * S, &[], &s).is_empty());
+        assert!(w.observe(12 * S, &[creating(8)], &s).is_empty());
+        assert!(w.observe(21 * S, &[creating(8)], &s).is_empty());
+        assert_eq!(w.observe(22 * S, &[creating(8)], &s).len(), 1);
+    }
+
+    #[test]
+    fn zero_turns_lines_off() {
+        let mut w = Watch::default();
+        let s = WatchSettings {
+            log_waits_after: 0,
+            log_holds_after: 0,
+            repeat_every: 60 * S,
+        };
+        let mut held = creating(7);
+        held.2
+            .push(finding(FindingKind::RestartLsnHeld, "held", Some(5), None));
+        assert!(w.observe(0, std::slice::from_ref(&held), &s).is_empty());
+        assert!(w.observe(1000 * S, &[held], &s).is_empty());
+    }
+
+    #[test]
+    fn a_hold_is_logged_once_per_xid() {
+        let mut w = Watch::default();
+        let s = settings();
+        let held = |x: u32| {
+            (
+                "cdc".to_string(),
+                None,
+                vec![
+                    finding(
+                        FindingKind::RestartLsnHeld,
+                        "restart_lsn is held",
+                        Some(x),
+                        Some("end it"),
+                    ),
+                    finding(
+                        FindingKind::CatalogXminHeld,
+                        "catalog_xmin is held",
+                        Some(x),
+                        Some("end it"),
+                    ),
+                    finding(FindingKind::Forecast, "when it ends", Some(x), None),
+                ],
+            )
+        };
+        assert!(w.observe(0, &[held(5)], &s).is_empty());
+        let l = w.observe(60 * S, &[held(5)], &s);
+        assert_eq!(l.len(), 2);
+        assert_eq!(
+            l[0].message,
+            "restart_lsn of logical replication slot \"cdc\" has been held by transaction 5 for at least 60 s"
+        );
+        assert_eq!(
+            l[0].detail.as_deref(),
+            Some("restart_lsn is held\nwhen it ends")
+        );
+        assert_eq!(l[1].hint.as_deref(), Some("end it"));
+        assert!(w.observe(600 * S, &[held(5)], &s).is_empty());
+        // Another transaction holds it now: counted anew.
+        assert!(w.observe(601 * S, &[held(9)], &s).is_empty());
+        assert_eq!(w.observe(661 * S, &[held(9)], &s).len(), 2);
+    }
+}
