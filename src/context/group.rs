@@ -295,11 +295,18 @@ impl ReplayGroup {
                     pgrx::PgMemoryContexts::For(mcx)
                         .switch_to(|_| restore_snapshot(lsn, version, true))
                 };
+                // Only the builder's state is wanted: no rows for commits.
+                m.replay.quiet = true;
+                let before = m.replay.builder.state;
                 match m.replay.feed_lean(&rec.head, &rec.payload, &mut restore) {
-                    Ok(Some(row)) if row.state != row.state_before => {
-                        m.phase_since = Some(row.lsn);
+                    Ok(row) => {
+                        if m.replay.builder.state != before {
+                            m.phase_since = Some(rec.head.lsn);
+                        }
+                        if let Some(row) = row {
+                            m.replay.give_back(row);
+                        }
                     }
-                    Ok(_) => {}
                     Err(_) => m.stopped = true,
                 }
                 m.records += 1;

@@ -361,6 +361,12 @@ pub struct Replay {
     /// row: a trace makes a row per commit, or per record.
     #[serde(skip)]
     spare_row: Option<Box<TraceRow>>,
+    /// Set by a caller that needs the builder's state, not rows (the slots' health and
+    /// diagnosis): [`Replay::feed_lean`] then makes no row for a commit, nor for a record
+    /// that only changed the builder's tracked sets (it does everything else the same).
+    /// Not serialized (off when read back).
+    #[serde(skip)]
+    pub quiet: bool,
 }
 
 /// The builder's tracked sets, to tell whether a record changed them.
@@ -397,6 +403,7 @@ impl Replay {
             fast_forward: false,
             last_running_xacts: None,
             spare_row: None,
+            quiet: false,
         }
     }
 
@@ -535,6 +542,9 @@ impl Replay {
     /// changed; the row [`Replay::quiet_row`] builds), so that most records (heap, btree,
     /// full-page images) cost no row at all. Same effects on the replay as `feed`.
     ///
+    /// With [`Replay::quiet`] set, commits and records that only changed the tracked sets
+    /// give `Ok(None)` (the same effects on the replay, no row made).
+    ///
     /// The row and the error come boxed, and are boxed where they are made: an enum moves
     /// whole whatever its variant, so an `Option<TraceRow>` (300-odd bytes) moved up
     /// through the record loop would be copied for every record, rows or not.
@@ -616,6 +626,9 @@ impl Replay {
                     self.slot_db,
                     two_phase,
                 );
+                if self.quiet {
+                    return Ok(None);
+                }
                 let row = self.row(head, before, None);
                 let mut row = self.boxed(row);
                 row.branch = Some(Branch::Commit.label());
@@ -739,7 +752,7 @@ impl Replay {
             }
             _ => None,
         };
-        if fingerprint(&self.builder) != fp {
+        if fingerprint(&self.builder) != fp && !(self.quiet && row.is_none()) {
             if row.is_none() {
                 let r = self.row(head, before, None);
                 row = Some(self.boxed(r));

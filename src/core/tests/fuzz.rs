@@ -147,6 +147,8 @@ fn state_machine_invariants_on_random_histories() {
 ///
 /// Every seventh record, the lean replay is serialized and read back (as the shared area
 /// holds replays between processes) before it is fed: its rows must stay those of `feed`.
+/// A third replay is fed with no rows ([`Replay::quiet`], as the slots' health feeds it):
+/// its state changes must be the rows' and its builder, every tenth record, the lean one's.
 ///
 /// The protocol a downstream relies on: COMMIT PREPARED is only sent for a transaction
 /// whose PREPARE it got (earlier, or replayed at COMMIT PREPARED), and
@@ -173,6 +175,10 @@ fn two_phase_protocol_on_random_histories() {
             // The same history through the hot loop's feed_lean: every row equal to feed's.
             let mut lean = Replay::new(&p, 5);
             lean.two_phase = TwoPhaseDecoding::for_slot(true, "test_decoding");
+            // And through feed_lean with no rows (the slots' health): the same builder.
+            let mut quiet = Replay::new(&p, 5);
+            quiet.two_phase = TwoPhaseDecoding::for_slot(true, "test_decoding");
+            quiet.quiet = true;
             let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
             let mut lsn = 100u64;
             let mut next: u32 = 1000;
@@ -295,11 +301,24 @@ fn two_phase_protocol_on_random_histories() {
                     }
                 };
                 assert_eq!(format!("{row:?}"), format!("{lean_row:?}"), "seed {seed}");
+                let before = quiet.builder.state;
+                if let Some(r) = quiet.feed_lean(&h, &payload, &mut none).unwrap() {
+                    quiet.give_back(r);
+                }
+                assert_eq!(quiet.builder.state != before, row.state != row.state_before);
+                if step % 10 == 9 {
+                    // As JSON values: maps compare by content, not by iteration order.
+                    assert_eq!(
+                        serde_json::to_value(&quiet.builder).unwrap(),
+                        serde_json::to_value(&lean.builder).unwrap(),
+                        "seed {seed} step {step}: the builder without rows"
+                    );
+                }
                 if !was_consistent && replay.builder.state == SnapBuildState::Consistent {
                     // DecodingContextFindStartpoint: the slot's two_phase_at and
                     // confirmed_flush are the end of this record.
                     was_consistent = true;
-                    for r in [&mut replay, &mut lean] {
+                    for r in [&mut replay, &mut lean, &mut quiet] {
                         r.builder.two_phase_at = row.end_lsn;
                         r.builder.start_decoding_at = row.end_lsn;
                     }
