@@ -175,13 +175,7 @@ impl Env {
             .expect("kill");
         assert!(killed.success(), "kill -9 {pid}");
         drop(victim);
-        let mut cfg = Config::new();
-        cfg.host(&self.host)
-            .port(self.port)
-            .user(&self.user)
-            .dbname(&self.dbname)
-            .application_name(app)
-            .connect_timeout(Duration::from_secs(10));
+        let cfg = self.config(app);
         let until = Instant::now() + Duration::from_secs(60);
         // The old postmaster may still accept a connection before it notices the death.
         std::thread::sleep(Duration::from_millis(500));
@@ -201,7 +195,8 @@ impl Env {
         self.connect_raw(app, "120s")
     }
 
-    pub(crate) fn connect_raw(&self, app: &str, statement_timeout: &str) -> Client {
+    /// How a session of this cluster connects, as `app` (10 s connect timeout).
+    fn config(&self, app: &str) -> Config {
         let mut cfg = Config::new();
         cfg.host(&self.host)
             .port(self.port)
@@ -209,7 +204,12 @@ impl Env {
             .dbname(&self.dbname)
             .application_name(app)
             .connect_timeout(Duration::from_secs(10));
-        let mut c = cfg
+        cfg
+    }
+
+    pub(crate) fn connect_raw(&self, app: &str, statement_timeout: &str) -> Client {
+        let mut c = self
+            .config(app)
             .connect(NoTls)
             .unwrap_or_else(|e| panic!("cannot connect to {}:{}: {e}", self.host, self.port));
         c.batch_execute(&format!("SET statement_timeout = '{statement_timeout}'"))

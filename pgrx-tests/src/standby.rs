@@ -296,6 +296,20 @@ EOF\n\
         run(c, "pg_ctl promote").map(|_| ())
     }
 
+    /// Waits (up to `timeout`) until `pg_replication_slots` on this standby, asked through
+    /// `sc`, lists slot `slot` (a creation started there has made it).
+    pub fn wait_slot_listed(&self, sc: &mut Client, slot: &str, timeout: Duration) {
+        wait_for("the slot to appear on the standby", timeout, || {
+            sc.query_one(
+                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .unwrap()
+            .get::<_, i64>(0)
+                == 1
+        });
+    }
+
     /// A session on the standby.
     pub fn connect(&self, app: &str) -> Client {
         self.env.connect(app)

@@ -183,15 +183,7 @@ fn creation_c1_c2_c3_then_decoding(
     sb.wait_replayed(pc);
     let off = log_offset(&sb.env);
     let cr = Creation::start(&sb.env, slot, "test_decoding");
-    wait_for("the slot to appear on the standby", WAIT, || {
-        sc.query_one(
-            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
-            &[&slot],
-        )
-        .unwrap()
-        .get::<_, i64>(0)
-            == 1
-    });
+    sb.wait_slot_listed(sc, slot, WAIT);
     let mut stats = TraceStats::default();
 
     // --- c-1: the primary's RUNNING_XACTS runs a and b

@@ -311,19 +311,7 @@ fn w4_on_a_standby_then_after_its_promotion() {
     sb.wait_replayed(&mut pc);
     let offset = log_offset(&sb.env);
     let creation = Creation::start(&sb.env, slot, "test_decoding");
-    wait_for(
-        "the slot to appear on the standby",
-        Duration::from_secs(90),
-        || {
-            sc.query_one(
-                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
-                &[&slot],
-            )
-            .unwrap()
-            .get::<_, i64>(0)
-                == 1
-        },
-    );
+    sb.wait_slot_listed(&mut sc, slot, Duration::from_secs(90));
     env.log_standby_snapshot(&mut pc);
     let prefix = format!("creation of logical replication slot \"{slot}\" has waited at least");
     let mut lines = Vec::new();

@@ -44,10 +44,8 @@ pub struct Member {
     pub name: String,
     pub key: ReplayKey,
     pub replay: Replay,
-    /// Where the replay started (the slot's restart_lsn).
-    pub start: Lsn,
-    /// The end of the last record it took (`start` before any): it takes records that
-    /// start at or after it.
+    /// The end of the last record it took ([`Member::start`] before any): it takes
+    /// records that start at or after it.
     pub last_end: Lsn,
     /// Records it took.
     pub records: u64,
@@ -64,9 +62,14 @@ pub struct Member {
 }
 
 impl Member {
+    /// Where the replay started: the slot's restart_lsn (its key's first part).
+    pub fn start(&self) -> Lsn {
+        Lsn(self.key.0)
+    }
+
     /// The position a reader serving this replay must start at ([`resume_at`]).
     fn read_from(&self) -> Lsn {
-        resume_at(self.start, self.last_end, self.records)
+        resume_at(self.start(), self.last_end, self.records)
     }
 
     /// Whether the record starting at `lsn` is one this replay takes next.
@@ -183,7 +186,6 @@ impl ReplayGroup {
             name: slot.name.clone(),
             key,
             replay,
-            start: input.start,
             last_end: input.start,
             records: 0,
             phase_since: None,
