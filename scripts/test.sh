@@ -10,6 +10,8 @@
 # PGSNAP_MINOR_SEEDS (default: PGSNAP_SEEDS, else 1,2,3). Test stages have time limits (below) so a
 # hung test cannot eat a CI budget: setup from nothing ~25 min (cargo-pgrx ~10, release builds ~3.5 min
 # for the first major + ~1 min per further one) + at most 5 x (6 + 2 + 6) min.
+# Disk: about 9 GB at the peak (builds ~7 GB; each major's cluster is removed once its tests passed,
+# the soak's too); the run says how much is free first and fails early below PGSNAP_MIN_FREE_GB (8).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,6 +23,7 @@ cd "$ROOT" || exit 1
 [ -d "$HOME/.cargo/bin" ] && PATH=$HOME/.cargo/bin:$PATH
 T0=$SECONDS
 summary=() failed=0
+export CARGO_INCREMENTAL=0   # no incremental caches: nothing is rebuilt twice here, and they are GBs
 
 # stage NAME CMD...: run, record PASS / FAIL / SKIP (exit code 77) with its duration
 stage() {
@@ -104,11 +107,21 @@ sys.exit(1 if bad else 0)
 PY
 )
 
+disk_space() ( # enough free disk under the work tree for the builds and the clusters
+    need=${PGSNAP_MIN_FREE_GB:-8}
+    free=$(df -Pk "$ROOT" | awk 'NR == 2 { print int($4 / 1048576) }')
+    df -h "$ROOT"
+    [ "$free" -ge "$need" ] && { echo "$free GB free (needs about $need)"; exit 0; }
+    echo "only $free GB free under $ROOT; a run needs about $need GB (PGSNAP_MIN_FREE_GB)" >&2
+    exit 1
+)
+
 multi_session() ( # MAJOR: pgrx-tests/ (pg_snapbuild_tests) with the cluster's environment
     eval "$("$ROOT/scripts/cluster.sh" env "$1")"
     timeout -k 30 "$LIMIT" cargo test -p pg_snapbuild_tests --no-fail-fast -- --test-threads=1 --nocapture
 )
 
+stage "disk: free space under the work tree" disk_space || exit
 stage "setup" "$ROOT/scripts/setup.sh" || exit
 stage "META.json version = Cargo.toml version" meta_version
 stage "core: cargo test -p snapbuild-core" cargo test -p snapbuild-core
@@ -118,10 +131,13 @@ for m in $MAJORS; do
     stage "pg$m: cargo pgrx test" pgrx_test "$m"
     if stage "pg$m: reinstall + start cluster" start_cluster "$m"; then
         stage "pg$m: pg_regress" regress "$m"
-        stage "pg$m: multi-session tests" multi_session "$m"
-        stage "pg$m: stop cluster" "$ROOT/scripts/cluster.sh" stop "$m"
+        stage "pg$m: multi-session tests" multi_session "$m" && ok=1 || ok=0
+        stage "pg$m: stop cluster" "$ROOT/scripts/cluster.sh" stop "$m" && [ $ok = 1 ] && rm -rf "$W/pg$m"
         # the short soak (its own cluster, the build just installed): PostgreSQL 18 only
-        if [ "$m" = 18 ]; then stage "pg18: soak, 90 s (scripts/soak.sh 90)" timeout -k 30 300 "$ROOT/scripts/soak.sh" 90; fi
+        if [ "$m" = 18 ]; then
+            stage "pg18: soak, 90 s (scripts/soak.sh 90)" timeout -k 30 300 "$ROOT/scripts/soak.sh" 90 &&
+                find "$W/soak" -mindepth 1 -maxdepth 1 ! -name 'result.json' ! -name '*.log' -exec rm -rf {} +
+        fi
     else
         summary+=("SKIP  pg$m: pg_regress, multi-session tests (no cluster)")
     fi
