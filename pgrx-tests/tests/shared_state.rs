@@ -10,6 +10,11 @@
 //!   churn (the holder commits, a slot dropped and created again, another consumed so its
 //!   restart_lsn moves); with four sessions scraping at once; and after a crash restart
 //!   (the area is made anew and filled again by the next scrape).
+//! - sh2: the same server restarted without the preload. On PostgreSQL 17 and later the
+//!   replays go to a named dynamic shared memory segment the first session makes: a new
+//!   session resumes them (`shared`, reading only what was flushed since) and its rows
+//!   equal a full replay's, also after churn. On 14 to 16 every session replays on its
+//!   own and the view says `backend`. The preload is put back (a restart) at the end.
 
 use pg_snapbuild_tests::*;
 use postgres::Client;
@@ -202,5 +207,128 @@ fn sh1_new_sessions_resume_the_shared_replays_and_match_a_full_one() {
         "pgsnap-counts: sh1 shared = full replay: {n_diag} diagnosis rows and 3 health rows; after churn {n_churn} rows; 4 sessions at once; after a crash restart {n_crash} rows; a new session took {:?} bytes where a full replay took {full0} for {}",
         resumed.iter().map(|m| m.0).collect::<Vec<_>>(),
         SLOTS[0]
+    );
+}
+
+/// Restarted with `shared_preload_libraries = 'plpgsql'` (ALTER SYSTEM, a fast restart:
+/// pg_snapbuild not preloaded; an empty list would be written as one empty name); put
+/// back the same way when dropped, also on panic.
+struct WithoutPreload<'e>(&'e Env);
+
+impl<'e> WithoutPreload<'e> {
+    fn new(env: &'e Env) -> Self {
+        let mut c = env.connect("pgsnap-sh2-setup");
+        c.batch_execute("ALTER SYSTEM SET shared_preload_libraries = 'plpgsql'")
+            .unwrap();
+        env.restart(false).expect("restart without the preload");
+        WithoutPreload(env)
+    }
+}
+
+impl Drop for WithoutPreload<'_> {
+    fn drop(&mut self) {
+        let mut c = self.0.connect("pgsnap-sh2-reset");
+        let _ = c.batch_execute("ALTER SYSTEM RESET shared_preload_libraries");
+        drop(c);
+        if let Err(e) = self.0.restart(false) {
+            eprintln!("sh2: restart with the preload again: {e}");
+        }
+    }
+}
+
+#[test]
+fn sh2_without_the_preload_a_named_segment_on_17_and_later() {
+    let Some((_g, env, c)) = start() else {
+        return;
+    };
+    drop(c);
+    let restore = WithoutPreload::new(&env);
+    let mut c = env.connect("pgsnap-sh2");
+    let preload: String = c
+        .query_one("SHOW shared_preload_libraries", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        preload, "plpgsql",
+        "restarted without pg_snapbuild preloaded"
+    );
+    let version: i32 = c
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .unwrap()
+        .get(0);
+    let segment = version >= 170000;
+    let _guards: Vec<SlotGuard> = SLOTS.iter().map(|s| SlotGuard::new(&env, s)).collect();
+    c.batch_execute("CREATE TABLE IF NOT EXISTS pgsnap_sh1_t (i int)")
+        .unwrap();
+    create_slot(&env, SLOTS[0]);
+    c.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 15000)")
+        .unwrap();
+    create_slot(&env, SLOTS[1]);
+    c.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 15000)")
+        .unwrap();
+    create_slot(&env, SLOTS[2]);
+    let mut h = OpenXact::begin(&env, "pgsnap-sh2-holder");
+    h.exec("INSERT INTO pgsnap_sh1_t VALUES (1)");
+    advance(&env, &mut c, SLOTS[1]);
+
+    let want = if segment { "shared" } else { "backend" };
+    let meta = scrape_meta(&mut env.connect("pgsnap-sh2-first"));
+    assert!(
+        meta.iter().all(|(_, s)| s.as_deref() == Some(want)),
+        "PostgreSQL {version} without the preload: {meta:?}"
+    );
+    let f_first = flush_lsn(&mut c);
+    c.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 15000)")
+        .unwrap();
+    let (resumed, n_diag) = compare(&env, &mut c, "without the preload");
+    let since = (flush_lsn(&mut c) - f_first) as i64;
+    let rl0 = server_slot(&mut c, SLOTS[0]).restart_lsn;
+    let backlog = (flush_lsn(&mut c) - rl0) as i64;
+    for (i, (bytes, state)) in resumed.iter().enumerate() {
+        assert_eq!(state.as_deref(), Some(want), "{}", SLOTS[i]);
+        if segment {
+            assert!(
+                *bytes <= since + 8192,
+                "{}: a new session took {bytes} bytes; {since} were flushed since the first scrape",
+                SLOTS[i]
+            );
+        }
+    }
+    if !segment {
+        // each session replays the oldest slot's whole backlog again
+        assert!(
+            resumed[0].0 > since + 8192 && resumed[0].0 <= backlog,
+            "{resumed:?}"
+        );
+    }
+
+    h.commit();
+    c.execute("SELECT pg_drop_replication_slot($1)", &[&SLOTS[2]])
+        .unwrap();
+    c.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 15000)")
+        .unwrap();
+    create_slot(&env, SLOTS[2]);
+    advance(&env, &mut c, SLOTS[0]);
+    let (meta, n_churn) = compare(&env, &mut c, "without the preload, after churn");
+    assert!(
+        meta.iter().all(|(_, s)| s.as_deref() == Some(want)),
+        "{meta:?}"
+    );
+    drop(c);
+    drop(_guards);
+    drop(restore);
+    let mut c = env.connect("pgsnap-sh2-after");
+    let preload: String = c
+        .query_one("SHOW shared_preload_libraries", &[])
+        .unwrap()
+        .get(0);
+    assert!(
+        preload.contains("pg_snapbuild"),
+        "the preload is back: '{preload}'"
+    );
+    println!(
+        "pgsnap-counts: sh2 PostgreSQL {version} without the preload: replay_state {want}; {} = full replay: {n_diag} diagnosis rows and 3 health rows, after churn {n_churn}; a new session took {:?} bytes ({since} flushed since the first scrape, backlog {backlog})",
+        if segment { "named segment" } else { "own replays" },
+        resumed.iter().map(|m| m.0).collect::<Vec<_>>()
     );
 }

@@ -1,15 +1,26 @@
 //! The slots' replays in shared memory, so that every backend (and the watcher) resumes
 //! them where any of them stopped instead of replaying each slot's WAL again.
 //!
-//! Only when the library is preloaded (`shared_preload_libraries`): it asks for an area of
-//! `pg_snapbuild.shared_state_size` at server start (0: none) and one LWLock guarding it
-//! (tranche `pg_snapbuild`). The area holds one entry per slot: the slot's name, the key of
-//! its decoder ([`ReplayKey`]), the end of the last record its replay took, and the replay
-//! itself serialized (JSON). Readers take the lock shared only to copy the area out;
-//! writers take it exclusive only to merge and copy their entries in (no allocation of
-//! PostgreSQL memory and no call that can raise an ERROR while it is held). An entry never
-//! replaces one for the same slot and key that is further along. A replay too large for
-//! the area stays in its backend.
+//! Two homes, one layout:
+//! - preloaded (`shared_preload_libraries`, every major): an area of
+//!   `pg_snapbuild.shared_state_size` asked for at server start (ShmemInitStruct) and one
+//!   LWLock of the named tranche `pg_snapbuild` guarding it;
+//! - not preloaded, on PostgreSQL 17 and later: a named dynamic shared memory segment
+//!   (dsm_registry.c GetNamedDSMSegment) of the same size, made by the first session that
+//!   asks and kept until the server stops; its LWLock lives at its start (tranche
+//!   `pg_snapbuild`, numbered by LWLockNewTrancheId). The segment's name carries its size,
+//!   so a session that reads another size after a reload uses a segment of that size
+//!   rather than failing on the existing one.
+//!
+//! On 14 to 16 without the preload there is no area: each session keeps its replays.
+//!
+//! The area holds one entry per slot: the slot's name, the key of its decoder
+//! ([`ReplayKey`](snapbuild_core::replication::shared_replays::ReplayKey)), the end of the
+//! last record its replay took, and the replay itself serialized (JSON). Readers take the
+//! lock shared only to copy the area out; writers take it exclusive only to merge and copy
+//! their entries in (no allocation of PostgreSQL memory and no call that can raise an
+//! ERROR while it is held). An entry never replaces one for the same slot and key that is
+//! further along. A replay too large for the area stays in its backend.
 //!
 //! The area is made anew at every server start and after a crash restart (empty: the
 //! replays are rebuilt from the slots' restart_lsn by the next scrape or look).
@@ -32,11 +43,14 @@ const MAGIC: u32 = 0x5053_4231;
 /// magic (4), padding (4), generation (8), bytes used (8).
 const HEADER: usize = 24;
 
-/// The area and its lock in this process (set by the startup hook; inherited by every
-/// process the postmaster forks after it).
+/// The area and its lock in this process (set by the startup hook and inherited by every
+/// process the postmaster forks after it; or by [`attach`] in this backend).
 static mut AREA: *mut u8 = std::ptr::null_mut();
 static mut AREA_SIZE: usize = 0;
 static mut LOCK: *mut pg_sys::LWLock = std::ptr::null_mut();
+/// Whether the library was loaded by shared_preload_libraries (then the area, if any, is
+/// the one made at server start).
+static PRELOADED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Defines the settings; when the library is being preloaded, asks for the area and sets
 /// the hook that makes it.
@@ -50,12 +64,26 @@ pub fn init() {
         GucFlags::default(),
     );
     if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        // PostgreSQL 17+: a named segment made on first use; the size is read from the
+        // configuration (a reload changes it for segments made afterwards).
+        #[cfg(not(any(feature = "pg14", feature = "pg15", feature = "pg16")))]
+        GucRegistry::define_int_guc(
+            c"pg_snapbuild.shared_state_size",
+            c"Shared memory for the slots' replays (0: none; each session keeps its own).",
+            c"Not preloaded: the size of the named shared memory segment the first session makes.",
+            &SHARED_STATE_SIZE,
+            0,
+            1024 * 1024,
+            GucContext::Sighup,
+            GucFlags::UNIT_KB,
+        );
         return;
     }
+    PRELOADED.store(true, std::sync::atomic::Ordering::Relaxed);
     GucRegistry::define_int_guc(
         c"pg_snapbuild.shared_state_size",
         c"Shared memory for the slots' replays (0: none; each session keeps its own).",
-        c"Needs pg_snapbuild in shared_preload_libraries; set at server start.",
+        c"Preloaded: set at server start.",
         &SHARED_STATE_SIZE,
         0,
         1024 * 1024,
@@ -131,8 +159,71 @@ unsafe extern "C-unwind" fn on_startup() {
 /// Whether this session shares its replays: the area exists and `pg_snapbuild.shared_state`
 /// is on.
 pub fn available() -> bool {
-    let made = unsafe { !AREA.is_null() && AREA_SIZE > HEADER };
-    made && SHARED_STATE.get()
+    if !SHARED_STATE.get() {
+        return false;
+    }
+    #[cfg(not(any(feature = "pg14", feature = "pg15", feature = "pg16")))]
+    attach();
+    unsafe { !AREA.is_null() && AREA_SIZE > HEADER }
+}
+
+/// The start of the named segment: its LWLock, then the tranche id (i32), then the area.
+#[cfg(not(any(feature = "pg14", feature = "pg15", feature = "pg16")))]
+const SEGMENT_LOCK_BYTES: usize = 64;
+#[cfg(not(any(feature = "pg14", feature = "pg15", feature = "pg16")))]
+const SEGMENT_AREA_AT: usize = 128;
+#[cfg(not(any(feature = "pg14", feature = "pg15", feature = "pg16")))]
+const _: () = assert!(std::mem::size_of::<pg_sys::LWLock>() <= SEGMENT_LOCK_BYTES);
+
+/// Not preloaded, PostgreSQL 17+: finds or makes the named segment (dsm_registry.c
+/// GetNamedDSMSegment) of `pg_snapbuild.shared_state_size` and points this backend's area
+/// and lock at it. Once per backend and size; nothing when preloaded or the size is 0.
+/// Errors: those of GetNamedDSMSegment (out of shared memory: SQLSTATE 53200).
+#[cfg(not(any(feature = "pg14", feature = "pg15", feature = "pg16")))]
+fn attach() {
+    use std::sync::atomic::Ordering;
+    if PRELOADED.load(Ordering::Relaxed) {
+        return;
+    }
+    let area = area_bytes();
+    if area <= HEADER || unsafe { !AREA.is_null() && AREA_SIZE == area } {
+        return;
+    }
+    let name = std::ffi::CString::new(format!("pg_snapbuild replay state {}kB", area / 1024))
+        .expect("no NUL in the segment's name");
+    let mut found = false;
+    let segment = unsafe {
+        pg_sys::GetNamedDSMSegment(
+            name.as_ptr(),
+            SEGMENT_AREA_AT + area,
+            Some(init_segment),
+            &mut found,
+        )
+        .cast::<u8>()
+    };
+    unsafe {
+        let tranche = segment.add(SEGMENT_LOCK_BYTES).cast::<i32>().read();
+        pg_sys::LWLockRegisterTranche(tranche, TRANCHE.as_ptr());
+        LOCK = segment.cast::<pg_sys::LWLock>();
+        AREA = segment.add(SEGMENT_AREA_AT);
+        AREA_SIZE = area;
+    }
+}
+
+/// GetNamedDSMSegment's callback for a new segment (under DSMRegistryLock): the LWLock
+/// with a new tranche id, the area's header.
+#[cfg(not(any(feature = "pg14", feature = "pg15", feature = "pg16")))]
+#[pg_guard]
+unsafe extern "C-unwind" fn init_segment(ptr: *mut std::ffi::c_void) {
+    unsafe {
+        let p = ptr.cast::<u8>();
+        let tranche = pg_sys::LWLockNewTrancheId();
+        pg_sys::LWLockInitialize(p.cast::<pg_sys::LWLock>(), tranche);
+        p.add(SEGMENT_LOCK_BYTES).cast::<i32>().write(tranche);
+        let area = p.add(SEGMENT_AREA_AT);
+        std::ptr::write_bytes(area, 0, HEADER);
+        area.cast::<u32>().write(MAGIC);
+    }
 }
 
 /// A copy of the area's entries (empty when the area is not available).
