@@ -14,7 +14,10 @@
 //!   replays go to a named dynamic shared memory segment the first session makes: a new
 //!   session resumes them (`shared`, reading only what was flushed since) and its rows
 //!   equal a full replay's, also after churn. On 14 to 16 every session replays on its
-//!   own and the view says `backend`. The preload is put back (a restart) at the end.
+//!   own and the view says `backend`. On 17+ the same on a standby without the preload
+//!   (the segment is the standby's own): a new session there resumes what another left
+//!   and equals a full replay at one replay position. The preload is put back (a restart)
+//!   at the end.
 
 use pg_snapbuild_tests::*;
 use postgres::Client;
@@ -314,6 +317,11 @@ fn sh2_without_the_preload_a_named_segment_on_17_and_later() {
         meta.iter().all(|(_, s)| s.as_deref() == Some(want)),
         "{meta:?}"
     );
+    let n_standby = if segment {
+        standby_without_preload(&env, &mut c)
+    } else {
+        0
+    };
     drop(c);
     drop(_guards);
     drop(restore);
@@ -327,8 +335,84 @@ fn sh2_without_the_preload_a_named_segment_on_17_and_later() {
         "the preload is back: '{preload}'"
     );
     println!(
-        "pgsnap-counts: sh2 PostgreSQL {version} without the preload: replay_state {want}; {} = full replay: {n_diag} diagnosis rows and 3 health rows, after churn {n_churn}; a new session took {:?} bytes ({since} flushed since the first scrape, backlog {backlog})",
+        "pgsnap-counts: sh2 PostgreSQL {version} without the preload: replay_state {want}; {} = full replay: {n_diag} diagnosis rows and 3 health rows, after churn {n_churn}; a new session took {:?} bytes ({since} flushed since the first scrape, backlog {backlog}); on a standby {n_standby} health rows",
         if segment { "named segment" } else { "own replays" },
         resumed.iter().map(|m| m.0).collect::<Vec<_>>()
     );
+}
+
+/// sh2 on a standby (17+): restarted with `shared_preload_libraries = 'plpgsql'`, a slot
+/// created there; a first session scrapes, the primary writes 1 MB, a new session resumes
+/// (`shared`, at most the WAL replayed since) and equals a full replay at one replay
+/// position. The standby's setting is reset and the standby stopped at the end (the next
+/// test that wants a standby starts it again, preloading). Returns the rows compared.
+fn standby_without_preload(env: &Env, pc: &mut Client) -> usize {
+    let sb = env.standby();
+    let mut sc = sb.connect("pgsnap-sh2-standby");
+    sc.batch_execute("ALTER SYSTEM SET shared_preload_libraries = 'plpgsql'")
+        .unwrap();
+    drop(sc);
+    sb.stop();
+    sb.start()
+        .expect("the standby restarted without the preload");
+    let slot = "pgsnap_sh2_standby";
+    let guard = SlotGuard::new(&sb.env, slot);
+    let creation = Creation::start(&sb.env, slot, "test_decoding");
+    let mut sc = sb.connect("pgsnap-sh2-standby");
+    sb.wait_slot_listed(&mut sc, slot, std::time::Duration::from_secs(90));
+    env.log_standby_snapshot(pc);
+    creation.wait(std::time::Duration::from_secs(90));
+    pc.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 15000)")
+        .unwrap();
+    env.log_standby_snapshot(pc);
+    sb.wait_replayed(pc);
+    let meta = |c: &mut Client| -> (i64, Option<String>) {
+        let r = c
+            .query_one(
+                "SELECT replayed_bytes, replay_state FROM snapbuild_slot_health WHERE slot_name = $1",
+                &[&slot],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    let first = meta(&mut sb.connect("pgsnap-sh2-standby-first"));
+    assert_eq!(first.1.as_deref(), Some("shared"), "standby, first scrape");
+    let r_first = replay_lsn(&mut sc);
+    pc.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 15000)")
+        .unwrap();
+    sb.wait_replayed(pc);
+    let mut compared = 0;
+    for _ in 0..5 {
+        let r0 = replay_lsn(&mut sc);
+        let mut shared = sb.connect("pgsnap-sh2-standby-shared");
+        let resumed = meta(&mut shared);
+        let rows = health_rows(&mut shared, &[slot]);
+        let full = health_rows(
+            &mut sb.env.connect_unshared("pgsnap-sh2-standby-full"),
+            &[slot],
+        );
+        if replay_lsn(&mut sc) != r0 {
+            continue;
+        }
+        let since = (r0 - r_first) as i64;
+        assert_eq!(resumed.1.as_deref(), Some("shared"), "standby, new session");
+        assert!(
+            resumed.0 <= since + 8192 && since > 8192,
+            "standby: a new session took {} bytes; {since} were replayed since the first scrape",
+            resumed.0
+        );
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows, full, "standby: shared segment vs full replay");
+        compared = rows.len();
+        break;
+    }
+    assert_eq!(
+        compared, 1,
+        "no replay position stood still across the scrapes"
+    );
+    drop(guard);
+    let _ = sc.batch_execute("ALTER SYSTEM RESET shared_preload_libraries");
+    drop(sc);
+    sb.stop();
+    compared
 }
