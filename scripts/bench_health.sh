@@ -28,6 +28,8 @@
 #   PGSNAP_BENCH_WAL_MB    WAL to generate, MiB (default 10240)
 #   PGSNAP_BENCH_SLOTS     logical slots (default 20)
 #   PGSNAP_BENCH_SCRAPES   repeated scrapes (default 5)
+#   PGSNAP_BENCH_SUBSETS   slot counts of the last part, largest first (default "SLOTS 5 1"; with
+#                          only SLOTS, every slot is kept, e.g. to compare builds afterwards)
 #   PGSNAP_BENCH_MAJOR     PostgreSQL tree .pg/MAJOR (default 18)
 #   PGSNAP_BENCH_PORT      port (default 55432)
 #   PGSNAP_BENCH_CLIENTS   pgbench clients (default 8)
@@ -185,7 +187,7 @@ cat "$W/after100.out"
 # ---- first scrapes of a new session with 20, 5 and 1 slots over the same WAL ---------------
 # Slots are dropped from the newest; the oldest (and so the WAL) stays.
 : >"$W/subsets.out"
-for keep in $SLOTS 5 1; do
+for keep in ${PGSNAP_BENCH_SUBSETS:-$SLOTS 5 1}; do
     [ "$keep" -le "$SLOTS" ] || continue
     # keep the oldest slot and the newest keep-1 of the others
     q "SELECT pg_drop_replication_slot(slot_name) FROM (SELECT slot_name, row_number() OVER (ORDER BY restart_lsn) AS r, count(*) OVER () AS n FROM pg_replication_slots) s WHERE r > 1 AND r <= n - ($keep - 1)" >/dev/null

@@ -259,20 +259,18 @@ impl ReplayGroup {
         reader.batch_heads = true;
         let members = &mut self.members;
         let mut n: u64 = 0;
-        // The record before, when it needed only its head (what a repeat is judged by).
-        let mut prev: Option<LeanHead> = None;
         loop {
             // Records that need only their head, as the reader reads them.
             while let Some(h) = reader.peek_lean() {
                 reader.skip_lean();
-                feed_head_to_all(members, fed, &h, &mut prev);
+                feed_head_to_all(members, fed, &h);
             }
             if reader.feeding_is_due() {
                 reader.batch_bound = Lsn(u64::MAX);
                 pgrx::check_for_interrupts!();
                 unsafe {
                     pgrx::PgMemoryContexts::For(mcx).switch_to(|_| {
-                        reader.read_batch_feeding(|h| feed_head_to_all(members, fed, h, &mut prev))
+                        reader.read_batch_feeding(|h| feed_head_to_all(members, fed, h))
                     });
                 }
                 if reader.peek_lean().is_some() {
@@ -288,7 +286,6 @@ impl ReplayGroup {
             if n.is_multiple_of(1024) {
                 pgrx::check_for_interrupts!();
             }
-            prev = None;
             let rec = &reader.rec;
             for &i in fed {
                 let m = &mut members[i];
@@ -322,27 +319,11 @@ impl ReplayGroup {
     }
 }
 
-/// Feeds a record that needs only its head to every replay in `fed` that takes it; a
-/// replay that took `prev`, the record just before, only moves on when this one repeats it
-/// (decode.rs Replay::head_repeats). Sets `prev` to `h`.
+/// Feeds a record that needs only its head to every replay in `fed` that takes it.
 #[inline]
-fn feed_head_to_all(
-    members: &mut [Member],
-    fed: &[usize],
-    h: &LeanHead,
-    prev: &mut Option<LeanHead>,
-) {
-    let repeated = prev
-        .filter(|p| Replay::head_repeats((p.kind, p.rmid, p.xid), (h.kind, h.rmid, h.xid)))
-        .map(|p| p.end_lsn);
-    *prev = Some(*h);
+fn feed_head_to_all(members: &mut [Member], fed: &[usize], h: &LeanHead) {
     for &i in fed {
         let m = &mut members[i];
-        if !m.stopped && repeated.is_some_and(|end| m.last_end.0 == end) {
-            m.records += 1;
-            m.last_end = Lsn(h.end_lsn);
-            continue;
-        }
         if m.takes(h.lsn) {
             let mut last_record = None;
             feed_head(

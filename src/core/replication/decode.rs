@@ -521,27 +521,6 @@ impl Replay {
         self.row(head, self.builder.state, None)
     }
 
-    /// Whether [`Replay::feed_head_only`] of `cur` (kind, rmid, xid), fed right after
-    /// `prev` to the same replay with nothing between them, changes nothing in it: the
-    /// same xid, and `cur` asks for nothing `prev` did not (a change after a change or a
-    /// non-change; an xid made known by a record from outside RM_XACT_ID after one from
-    /// outside it or from RM_XACT_ID). ReorderBufferProcessXid and SnapBuildProcessChange
-    /// act only the first time they see an xid, and only commits and RUNNING_XACTS, which
-    /// are never fed head-only, move the builder's state. A caller feeding many replays
-    /// skips them for such a record (only their position moves).
-    #[inline]
-    pub fn head_repeats(
-        prev: (RecordKind, u8, TransactionId),
-        cur: (RecordKind, u8, TransactionId),
-    ) -> bool {
-        let head_only = |k| matches!(k, RecordKind::Change | RecordKind::Other);
-        head_only(prev.0)
-            && head_only(cur.0)
-            && prev.2 == cur.2
-            && (cur.0 == RecordKind::Other || prev.0 == RecordKind::Change)
-            && (cur.1 == RM_XACT_ID || prev.1 != RM_XACT_ID)
-    }
-
     /// [`Replay::feed_lean`] of a record of kind `Change` or `Other` from resource manager
     /// `rmid` with xid `xid` at `lsn` and no top-level xid (the first record of a
     /// subtransaction has one): such a record only makes its xid known to the reorder
