@@ -90,6 +90,38 @@ fn compare(env: &Env, c: &mut Client, round: &str) -> (Vec<(i64, Option<String>)
     panic!("{round}: no flush position stood still across the scrapes");
 }
 
+/// [`SLOTS`] created about 1 MB of WAL apart (three restart_lsns), then a transaction of
+/// session `holder` left open and the second slot consumed past it: three builders, one
+/// held. Returns the slots' guards and the holder.
+fn three_slots(env: &Env, c: &mut Client, holder: &str) -> (Vec<SlotGuard>, OpenXact) {
+    let guards: Vec<SlotGuard> = SLOTS.iter().map(|s| SlotGuard::new(env, s)).collect();
+    c.batch_execute("CREATE TABLE IF NOT EXISTS pgsnap_sh1_t (i int)")
+        .unwrap();
+    create_slot(env, SLOTS[0]);
+    c.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 15000)")
+        .unwrap();
+    create_slot(env, SLOTS[1]);
+    c.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 15000)")
+        .unwrap();
+    create_slot(env, SLOTS[2]);
+    let mut h = OpenXact::begin(env, holder);
+    h.exec("INSERT INTO pgsnap_sh1_t VALUES (1)");
+    advance(env, c, SLOTS[1]);
+    (guards, h)
+}
+
+/// Churn: the holder commits, the third slot is dropped and created again (a later
+/// restart_lsn), the first consumed (its restart_lsn moves).
+fn churn(env: &Env, c: &mut Client, holder: OpenXact) {
+    holder.commit();
+    c.execute("SELECT pg_drop_replication_slot($1)", &[&SLOTS[2]])
+        .unwrap();
+    c.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 15000)")
+        .unwrap();
+    create_slot(env, SLOTS[2]);
+    advance(env, c, SLOTS[0]);
+}
+
 #[test]
 fn sh1_new_sessions_resume_the_shared_replays_and_match_a_full_one() {
     let Some((_g, env, mut c)) = start() else {
@@ -103,19 +135,7 @@ fn sh1_new_sessions_resume_the_shared_replays_and_match_a_full_one() {
         preload.contains("pg_snapbuild"),
         "the test clusters preload pg_snapbuild (scripts/cluster.sh); shared_preload_libraries = '{preload}'"
     );
-    let _guards: Vec<SlotGuard> = SLOTS.iter().map(|s| SlotGuard::new(&env, s)).collect();
-    c.batch_execute("CREATE TABLE IF NOT EXISTS pgsnap_sh1_t (i int)")
-        .unwrap();
-    create_slot(&env, SLOTS[0]);
-    c.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 15000)")
-        .unwrap();
-    create_slot(&env, SLOTS[1]);
-    c.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 15000)")
-        .unwrap();
-    create_slot(&env, SLOTS[2]);
-    let mut h = OpenXact::begin(&env, "pgsnap-sh1-holder");
-    h.exec("INSERT INTO pgsnap_sh1_t VALUES (1)");
-    advance(&env, &mut c, SLOTS[1]);
+    let (_guards, h) = three_slots(&env, &mut c, "pgsnap-sh1-holder");
 
     // A first session scrapes: the replays go to the shared area.
     let mut first = env.connect("pgsnap-sh1-first");
@@ -156,13 +176,7 @@ fn sh1_new_sessions_resume_the_shared_replays_and_match_a_full_one() {
 
     // Churn: the holder ends, the third slot is dropped and created again, the first
     // consumed (its restart_lsn moves).
-    h.commit();
-    c.execute("SELECT pg_drop_replication_slot($1)", &[&SLOTS[2]])
-        .unwrap();
-    c.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 15000)")
-        .unwrap();
-    create_slot(&env, SLOTS[2]);
-    advance(&env, &mut c, SLOTS[0]);
+    churn(&env, &mut c, h);
     assert_ne!(server_slot(&mut c, SLOTS[0]).restart_lsn, rl0);
     let (_, n_churn) = compare(&env, &mut c, "after churn");
 
@@ -260,19 +274,7 @@ fn sh2_without_the_preload_a_named_segment_on_17_and_later() {
         .unwrap()
         .get(0);
     let segment = version >= 170000;
-    let _guards: Vec<SlotGuard> = SLOTS.iter().map(|s| SlotGuard::new(&env, s)).collect();
-    c.batch_execute("CREATE TABLE IF NOT EXISTS pgsnap_sh1_t (i int)")
-        .unwrap();
-    create_slot(&env, SLOTS[0]);
-    c.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 15000)")
-        .unwrap();
-    create_slot(&env, SLOTS[1]);
-    c.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 15000)")
-        .unwrap();
-    create_slot(&env, SLOTS[2]);
-    let mut h = OpenXact::begin(&env, "pgsnap-sh2-holder");
-    h.exec("INSERT INTO pgsnap_sh1_t VALUES (1)");
-    advance(&env, &mut c, SLOTS[1]);
+    let (_guards, h) = three_slots(&env, &mut c, "pgsnap-sh2-holder");
 
     let want = if segment { "shared" } else { "backend" };
     let meta = scrape_meta(&mut env.connect("pgsnap-sh2-first"));
@@ -305,13 +307,7 @@ fn sh2_without_the_preload_a_named_segment_on_17_and_later() {
         );
     }
 
-    h.commit();
-    c.execute("SELECT pg_drop_replication_slot($1)", &[&SLOTS[2]])
-        .unwrap();
-    c.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 15000)")
-        .unwrap();
-    create_slot(&env, SLOTS[2]);
-    advance(&env, &mut c, SLOTS[0]);
+    churn(&env, &mut c, h);
     let (meta, n_churn) = compare(&env, &mut c, "without the preload, after churn");
     assert!(
         meta.iter().all(|(_, s)| s.as_deref() == Some(want)),
