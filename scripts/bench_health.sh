@@ -18,7 +18,8 @@
 #     in a new session resuming the shared replays;
 #   - a scrape after about 100 MiB more WAL (pgbench), in the same session;
 #   - the first scrape of a new session of its own with 20, 5 and 1 slots over the same WAL
-#     (slots dropped from the newest), each beside pg_waldump --stats over the same WAL.
+#     (slots dropped from the newest), each beside pg_waldump --stats over the same WAL, and
+#     again with pg_snapbuild.join_replays = off (every replay fed on its own).
 # Writes .work/bench-health/result.json. See docs/benchmarks.md "Slot health".
 #
 # Its own copy of the PostgreSQL tree and its own throw-away cluster in .work/bench-health
@@ -197,8 +198,10 @@ for keep in ${PGSNAP_BENCH_SUBSETS:-$SLOTS 5 1}; do
     T0=$(date +%s.%N)
     B=$(PGOPTIONS=$UNSHARED q "SELECT sum(replayed_bytes) FROM snapbuild_slot_health")
     T1=$(date +%s.%N)
+    PGOPTIONS="$UNSHARED -c pg_snapbuild.join_replays=off" q "SELECT sum(replayed_bytes) FROM snapbuild_slot_health" >/dev/null
+    T2=$(date +%s.%N)
     n=$(q "SELECT count(*) FROM pg_replication_slots")
-    echo "subset $n $B $(python3 -c "print(f'{$T1 - $T0:.3f}')") $FB $FS" | tee -a "$W/subsets.out"
+    echo "subset $n $B $(python3 -c "print(f'{$T1 - $T0:.3f} {$T2 - $T1:.3f}')") $FB $FS" | tee -a "$W/subsets.out"
 done
 
 python3 - "$W" "$TRACE_BYTES" "$TRACE_S" "$RETAINED" "$NEW_BYTES" "$NEW_S" "$SLOTS" "$IDLE_ANON_KIB" "$FLOOR_BYTES" "$FLOOR_S" "$SHARED_BYTES" "$SHARED_S" <<'PY'
@@ -208,7 +211,7 @@ trace_bytes, retained, new_bytes, slots, idle_anon, floor_bytes, shared_bytes = 
 trace_s, new_s, floor_s, shared_s = float(trace_s), float(new_s), float(floor_s), float(shared_s)
 diag = {p.split()[1]: float(p.split()[2]) for p in open(f"{w}/diagnose.out") if p.startswith("diagnose ")}
 after100 = [dict(replayed_bytes=int(p.split()[1]), wall_s=float(p.split()[2])) for p in open(f"{w}/after100.out") if p.startswith("after100 ")]
-subsets = [dict(slots=int(a[1]), replayed_bytes=int(a[2]), wall_s=float(a[3]), floor_bytes=int(a[4]), floor_s=float(a[5]))
+subsets = [dict(slots=int(a[1]), replayed_bytes=int(a[2]), wall_s=float(a[3]), unjoined_wall_s=float(a[4]), floor_bytes=int(a[5]), floor_s=float(a[6]))
            for a in (p.split() for p in open(f"{w}/subsets.out")) if a[:1] == ["subset"]]
 scrapes, peaks = [], None
 for line in open(f"{w}/scrapes.out"):
@@ -248,7 +251,11 @@ print(f"snapbuild_diagnose on the oldest slot: new session of its own {diag.get(
 if after100:
     print(f"scrape after 100 MiB more WAL, same session: {after100[0]['wall_s']:.2f} s, {after100[0]['replayed_bytes'] / 1048576:.0f} MiB taken in all")
 for s_ in subsets:
-    print(f"new session, {s_['slots']:2d} slots: {s_['wall_s']:.2f} s ({s_['wall_s'] / s_['floor_s']:.2f}x pg_waldump --stats: {s_['floor_s']:.2f} s over {s_['floor_bytes'] / 1048576:.0f} MiB)")
+    print(f"new session, {s_['slots']:2d} slots: {s_['wall_s']:.2f} s ({s_['wall_s'] / s_['floor_s']:.2f}x pg_waldump --stats: {s_['floor_s']:.2f} s over {s_['floor_bytes'] / 1048576:.0f} MiB); "
+          f"join_replays off: {s_['unjoined_wall_s']:.2f} s")
+if len(subsets) > 1 and subsets[-1]["slots"] == 1:
+    most, one = subsets[0], subsets[-1]
+    print(f"{most['slots']} slots / 1 slot: {most['wall_s'] / one['wall_s']:.2f}x (join_replays off: {most['unjoined_wall_s'] / one['unjoined_wall_s']:.2f}x)")
 if peaks:
     print(f"monitoring backend: peak RssAnon {peaks['peak_anon_kib'] / 1024:.1f} MiB (idle {idle_anon / 1024:.1f} MiB)")
 worst = max((s["wall_s"] for s in scrapes[1:]), default=0)

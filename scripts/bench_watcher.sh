@@ -24,6 +24,9 @@
 #   PGSNAP_BENCH_CLIENTS   pgbench clients (default 4)
 #   PGSNAP_BENCH_MAJOR     PostgreSQL tree .pg/MAJOR (default 18)
 #   PGSNAP_BENCH_PORT      port (default 55434)
+#   PGSNAP_BENCH_PLACEBO=1 an A/A run: the "watching" rounds are idle too, so the result shows
+#                          what the bench reports when there is no difference (its own bias
+#                          and spread)
 #   PGSNAP_BENCH_RELEASE=1 benchmark a --release build of the work tree
 #   PGSNAP_BENCH_KEEP=1    leave the cluster running afterwards
 set -euo pipefail
@@ -77,8 +80,9 @@ q "VACUUM ANALYZE" >/dev/null
 q "CHECKPOINT" >/dev/null
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$WATCHER/stat"; }
+PLACEBO=${PGSNAP_BENCH_PLACEBO:-0}
 mode() { # idle | watching
-    if [ "$1" = idle ]; then
+    if [ "$1" = idle ] || [ "$PLACEBO" = 1 ]; then
         q "ALTER SYSTEM SET pg_snapbuild.log_waits_after = 0" >/dev/null
         q "ALTER SYSTEM SET pg_snapbuild.log_holds_after = 0" >/dev/null
     else
@@ -108,10 +112,13 @@ mode idle
 [ "$(q "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_snapbuild watcher'")" = "$WATCHER" ] ||
     { echo "the watcher restarted during the run; see $LOG" >&2; exit 1; }
 
-python3 - "$W/rounds.tsv" "$ROUND_S" "$SLOTS" "$INTERVAL" "$W/result.json" <<'PY'
+python3 - "$W/rounds.tsv" "$ROUND_S" "$SLOTS" "$INTERVAL" "$W/result.json" "$PLACEBO" <<'PY'
 import json, random, statistics, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
 round_s, slots, interval, out = float(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+placebo = sys.argv[6] == "1"
+if placebo:
+    print("A/A run (PGSNAP_BENCH_PLACEBO=1): the 'watching' rounds were idle too")
 by = {m: [(float(t), float(c)) for _, mm, t, c, _ in rows if mm == m] for m in ("idle", "watching")}
 med = {m: statistics.median(t for t, _ in v) for m, v in by.items()}
 cpu = {m: statistics.median(c for _, c in v) for m, v in by.items()}
@@ -123,7 +130,7 @@ pairs = sorted(float(w[2]) / float(i[2]) for i in rows if i[1] == "idle"
 rng = random.Random(1)
 boot = sorted(statistics.median(rng.choices(pairs, k=len(pairs))) for _ in range(10000))
 pm, lo, hi = statistics.median(pairs), boot[500], boot[9499]
-res = {"slots": slots, "round_s": round_s, "watch_interval": interval, "rounds": rows,
+res = {"placebo": placebo, "slots": slots, "round_s": round_s, "watch_interval": interval, "rounds": rows,
        "median_tps": med, "watcher_cpu_s_per_round": cpu, "tps_ratio": ratio,
        "pair_ratios": pairs, "pair_ratio_median": pm, "pair_ratio_90": [lo, hi]}
 json.dump(res, open(out, "w"), indent=2)

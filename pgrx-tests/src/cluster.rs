@@ -151,12 +151,14 @@ impl Env {
     }
 
     /// A new session that keeps its slot replays to itself (`pg_snapbuild.shared_state =
-    /// off`): its first `snapbuild_slot_health` or `snapbuild_diagnose` replays every slot
-    /// from its restart_lsn, whatever other sessions left in shared memory.
+    /// off`) and feeds each on its own (`pg_snapbuild.join_replays = off`): its first
+    /// `snapbuild_slot_health` or `snapbuild_diagnose` replays every slot from its
+    /// restart_lsn, whatever other sessions left in shared memory, and none follows
+    /// another's.
     pub fn connect_unshared(&self, app: &str) -> Client {
         let mut c = self.connect(app);
-        c.batch_execute("SET pg_snapbuild.shared_state = off")
-            .expect("SET pg_snapbuild.shared_state");
+        c.batch_execute("SET pg_snapbuild.shared_state = off; SET pg_snapbuild.join_replays = off")
+            .expect("SET pg_snapbuild.shared_state, join_replays");
         c
     }
 

@@ -1067,13 +1067,30 @@ fn d12_one_read_for_all_slots_gives_each_slots_own_replay() {
     advance(&env, &mut c, slots[1]);
     c.batch_execute("INSERT INTO pgsnap_diag_held SELECT generate_series(1, 15000)")
         .unwrap();
+    // A RUNNING_XACTS past the second slot's confirmed_flush: there its replay and the
+    // third's hold the same things (the first's holds the open transaction with an older
+    // base snapshot), and one read feeds them as one from there.
+    env.log_standby_snapshot_flushed(&mut c, "pgsnap_diag_held", "0");
     let compare = |c: &mut Client, round: &str| {
         for _ in 0..5 {
             let f0 = flush_lsn(c);
-            // One scrape replays all three from one read of the WAL; the diagnoses
-            // after it in the same session resume those replays.
+            // One scrape replays all three from one read of the WAL, those that came
+            // to the same state fed as one (the server log's DEBUG1 line counts them);
+            // the diagnoses after it in the same session resume those replays.
             let mut all = env.connect_unshared("pgsnap-diag-d12-all");
+            all.batch_execute("SET pg_snapbuild.join_replays = on; SET log_min_messages = debug1")
+                .unwrap();
+            let log0 = log_offset(&env);
             let bytes = replayed_bytes(&mut all, &slots);
+            all.batch_execute("RESET log_min_messages").unwrap();
+            let followed = log_entries_since(&env, log0)
+                .iter()
+                .filter_map(|e| {
+                    let m = e.message.strip_prefix("pg_snapbuild: ")?;
+                    m.contains("followed another's")
+                        .then(|| m.split(' ').next()?.parse::<usize>().ok())?
+                })
+                .sum::<usize>();
             let one_pass = health_rows(&mut all, &slots);
             let warm: Vec<Vec<String>> = slots.iter().map(|s| diagnose_rows(&mut all, s)).collect();
             // Each slot alone, in a session of its own: its own read of the WAL.
@@ -1101,11 +1118,13 @@ fn d12_one_read_for_all_slots_gives_each_slots_own_replay() {
                     "{round}: {s}: diagnosis from one read vs alone"
                 );
             }
-            return (f0, bytes, warm);
+            return (f0, bytes, warm, followed);
         }
         panic!("{round}: no flush position stood still across the scrapes");
     };
-    let (f0, bytes, warm) = compare(&mut c, "three slots");
+    let (f0, bytes, warm, followed) = compare(&mut c, "three slots");
+    // The comparison above covered a replay that followed another's.
+    assert!(followed >= 1, "no replay followed another's");
     // The held one names the open transaction; each replay took its own slot's WAL.
     assert!(
         warm[1]
@@ -1128,6 +1147,8 @@ fn d12_one_read_for_all_slots_gives_each_slots_own_replay() {
     // restart_lsn), the first consumed (its restart_lsn moves): a session that scraped
     // before resumes what it can.
     let mut kept = env.connect_unshared("pgsnap-diag-d12-kept");
+    kept.batch_execute("SET pg_snapbuild.join_replays = on")
+        .unwrap();
     health_rows(&mut kept, &slots);
     h.commit();
     c.execute("SELECT pg_drop_replication_slot($1)", &[&slots[2]])
@@ -1149,7 +1170,7 @@ fn d12_one_read_for_all_slots_gives_each_slots_own_replay() {
     }
     assert!(compared, "no flush position stood still across two scrapes");
     println!(
-        "pgsnap-counts: d12 3 slots: one read = each alone ({} diagnosis rows), health equal; bytes taken {bytes:?}; after drop/create and a restart_lsn move: resumed = new session",
+        "pgsnap-counts: d12 3 slots: one read ({followed} replays following another's) = each alone ({} diagnosis rows), health equal; bytes taken {bytes:?}; after drop/create and a restart_lsn move: resumed = new session",
         warm.iter().map(Vec::len).sum::<usize>()
     );
 }

@@ -36,6 +36,9 @@ use snapbuild_core::replication::shared_replays::{self, Entry};
 static SHARED_STATE_SIZE: GucSetting<i32> = GucSetting::<i32>::new(8 * 1024);
 /// `pg_snapbuild.shared_state`: whether this session uses the shared area.
 static SHARED_STATE: GucSetting<bool> = GucSetting::<bool>::new(true);
+/// `pg_snapbuild.join_replays`: whether replays that came to the same state are fed as
+/// one (by the slots' health, diagnosis and watcher).
+static JOIN_REPLAYS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
 const AREA_NAME: &CStr = c"pg_snapbuild replay state";
 const TRANCHE: &CStr = c"pg_snapbuild";
@@ -52,6 +55,11 @@ static mut LOCK: *mut pg_sys::LWLock = std::ptr::null_mut();
 /// the one made at server start).
 static PRELOADED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Whether replays that came to the same state are fed as one (`pg_snapbuild.join_replays`).
+pub fn join_replays() -> bool {
+    JOIN_REPLAYS.get()
+}
+
 /// Defines the settings; when the library is being preloaded, asks for the area and sets
 /// the hook that makes it.
 pub fn init() {
@@ -60,6 +68,14 @@ pub fn init() {
         c"Whether this session's slot replays are shared with every other session.",
         c"When pg_snapbuild is preloaded, snapbuild_slot_health and snapbuild_diagnose resume the replays any session (or the watcher) left in shared memory. Off: this session replays on its own.",
         &SHARED_STATE,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"pg_snapbuild.join_replays",
+        c"Whether slot replays that have come to the same state are fed as one.",
+        c"snapbuild_slot_health, snapbuild_diagnose and the watcher feed the replays of slots held at about the same place once, from where they are alike. Off: every slot's replay is fed on its own (the answers are the same).",
+        &JOIN_REPLAYS,
         GucContext::Userset,
         GucFlags::default(),
     );

@@ -124,7 +124,9 @@ pub struct DirEntry {
     pub modified: Option<f64>,
 }
 
-/// Lists `*.snap` files, sorted by LSN then name (temporary `.tmp` files are skipped).
+/// Lists `*.snap` files, sorted by LSN then name (temporary `.tmp` files are skipped, and
+/// so is a file removed between the directory read and its stat, as a checkpoint's
+/// CheckPointSnapBuild does: genfile.c's pg_ls_dir_files skips those too).
 pub fn list() -> std::io::Result<Vec<DirEntry>> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(Path::new(SNAPSHOTS_DIR))? {
@@ -133,7 +135,11 @@ pub fn list() -> std::io::Result<Vec<DirEntry>> {
         if !name.ends_with(".snap") {
             continue;
         }
-        let meta = e.metadata()?;
+        let meta = match e.metadata() {
+            Ok(m) => m,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(err) => return Err(err),
+        };
         let modified = meta
             .modified()
             .ok()

@@ -12,8 +12,18 @@
 //! a later call opens a new reader where the least advanced of them stopped and reads only
 //! what was flushed since. A replay whose slot's restart_lsn changed (or whose creation
 //! ended) is started again; the others keep their place.
+//!
+//! Replays that have come to the same state (slots held at about the same place: their
+//! builders and reorder buffers hold the same things once the transactions that set them
+//! apart have ended) are fed as one while a read lasts
+//! ([`snapbuild_core::replication::converged`]): where they are found alike (as a read
+//! begins, and after each RUNNING_XACTS record) one is fed on and the others follow it,
+//! each made what its own replay would be when the read ends. `pg_snapbuild.join_replays
+//! = off` feeds every replay on its own.
 
 use pgrx::prelude::*;
+use snapbuild_core::replication::converged::{join_key, Join};
+use snapbuild_core::replication::decode::RecordKind;
 use snapbuild_core::replication::shared_replays::Entry;
 use snapbuild_core::{Lsn, Replay};
 
@@ -77,6 +87,76 @@ impl Member {
     fn takes(&self, lsn: u64) -> bool {
         !self.stopped && lsn >= self.last_end.0
     }
+}
+
+/// A replay that follows another while a read lasts: the tie, and the leader's
+/// `records` and `phase_since` when it was made.
+struct Tie {
+    leader: usize,
+    join: Join,
+    leader_records: u64,
+    leader_phase_since: Option<Lsn>,
+}
+
+/// Ties to a leader each replay of `fed` that is alike one before it (same last record,
+/// `.snap` format and [`join_key`]); `ties[i]` is set for each follower. Replays already
+/// tied, or stopped, stay as they are.
+fn join_alike(members: &[Member], fed: &[usize], ties: &mut [Option<Tie>]) {
+    let mut leaders: Vec<(usize, serde_json::Value)> = Vec::new();
+    for &i in fed {
+        let m = &members[i];
+        if ties[i].is_some() || m.stopped {
+            continue;
+        }
+        let Some(key) = join_key(&m.replay, m.last_end) else {
+            continue;
+        };
+        let alike = leaders.iter().find(|(l, k)| {
+            let lm = &members[*l];
+            lm.last_end == m.last_end && lm.version == m.version && *k == key
+        });
+        match alike {
+            Some(&(l, _)) => {
+                let lm = &members[l];
+                ties[i] = Some(Tie {
+                    leader: l,
+                    join: Join::new(&m.replay, &lm.replay),
+                    leader_records: lm.records,
+                    leader_phase_since: lm.phase_since,
+                });
+            }
+            None => leaders.push((i, key)),
+        }
+    }
+}
+
+/// Makes each follower in `ties` what its own replay would be, from its leader's.
+/// Returns how many there were.
+fn catch_up(members: &mut [Member], ties: Vec<Option<Tie>>) -> usize {
+    let mut followers = 0;
+    for (i, tie) in ties.into_iter().enumerate() {
+        let Some(t) = tie else { continue };
+        followers += 1;
+        let (replay, last_end, records, phase_since, stopped) = {
+            let l = &members[t.leader];
+            (
+                t.join.follower_now(&l.replay),
+                l.last_end,
+                l.records - t.leader_records,
+                (l.phase_since != t.leader_phase_since).then_some(l.phase_since),
+                l.stopped,
+            )
+        };
+        let m = &mut members[i];
+        m.replay = replay;
+        m.last_end = last_end;
+        m.records += records;
+        if let Some(p) = phase_since {
+            m.phase_since = p;
+        }
+        m.stopped = stopped;
+    }
+    followers
 }
 
 /// The replays of several slots, fed together ([`ReplayGroup::advance`]).
@@ -258,6 +338,16 @@ impl ReplayGroup {
         };
         reader.batch_heads = true;
         let members = &mut self.members;
+        let joining = crate::adapter::shared_state::join_replays();
+        let mut ties: Vec<Option<Tie>> = (0..members.len()).map(|_| None).collect();
+        if joining {
+            join_alike(members, fed, &mut ties);
+        }
+        let untied = |ties: &[Option<Tie>]| -> Vec<usize> {
+            fed.iter().copied().filter(|&i| ties[i].is_none()).collect()
+        };
+        let mut fed_now = untied(&ties);
+        let fed = &mut fed_now;
         let mut n: u64 = 0;
         loop {
             // Records that need only their head, as the reader reads them.
@@ -287,7 +377,7 @@ impl ReplayGroup {
                 pgrx::check_for_interrupts!();
             }
             let rec = &reader.rec;
-            for &i in fed {
+            for &i in fed.iter() {
                 let m = &mut members[i];
                 if !m.takes(rec.head.lsn.0) {
                     continue;
@@ -314,8 +404,19 @@ impl ReplayGroup {
                 m.records += 1;
                 m.last_end = rec.head.end_lsn;
             }
+            if joining && rec.head.kind == RecordKind::RunningXacts && fed.len() > 1 {
+                join_alike(members, fed, &mut ties);
+                *fed = untied(&ties);
+            }
         }
         drop(reader);
+        let followers = catch_up(members, ties);
+        if followers > 0 {
+            pgrx::debug1!(
+                "pg_snapbuild: {followers} of {} slot replays followed another's for part of the WAL read",
+                fed.len() + followers
+            );
+        }
     }
 }
 

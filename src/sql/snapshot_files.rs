@@ -99,7 +99,8 @@ fn snapbuild_snapshot_info(
 
 /// Lists every `*.snap` file in `pg_logical/snapshots` with its decoded contents. A
 /// broken file yields a row whose `error` says what is wrong (the server's text) and
-/// whose decoded columns are NULL; the listing goes on.
+/// whose decoded columns are NULL; the listing goes on. A file a checkpoint removes while
+/// the directory is read is left out.
 ///
 /// Errors: `io_error` if the directory cannot be read.
 #[pg_extern]
@@ -147,6 +148,12 @@ fn snapbuild_snapshot_files() -> TableIterator<
         pgrx::check_for_interrupts!();
         let modification = e.modified.map(pgrx::datetime::to_timestamp);
         let decoded = snapfiles::read_named(&e.name, version);
+        // Removed since it was listed (a checkpoint): no longer there to show.
+        if matches!(&decoded, Err(snapfiles::SnapFileError::Io { err, .. })
+            if err.kind() == std::io::ErrorKind::NotFound)
+        {
+            continue;
+        }
         let head = (e.name, e.lsn.map(PgLsn::from), e.size as i64, modification);
         rows.push(match decoded {
             Ok((_, f)) => {

@@ -407,6 +407,20 @@ impl Replay {
         }
     }
 
+    /// A copy of this replay (without the spare row box), for a replay that goes on
+    /// from here as this one does (a replay that follows another's, `converged.rs`).
+    pub fn duplicate(&self) -> Replay {
+        Replay {
+            builder: self.builder.clone(),
+            slot_db: self.slot_db,
+            two_phase: self.two_phase.clone(),
+            fast_forward: self.fast_forward,
+            last_running_xacts: self.last_running_xacts.clone(),
+            spare_row: None,
+            quiet: self.quiet,
+        }
+    }
+
     /// `row` in a box: the one given back last, if any.
     fn boxed(&mut self, row: TraceRow) -> Box<TraceRow> {
         match self.spare_row.take() {

@@ -1,5 +1,6 @@
 //! Logical decoding: PostgreSQL's src/backend/replication/logical/.
 
+pub mod converged;
 pub mod decode;
 pub mod logical;
 pub mod message;

@@ -738,6 +738,16 @@ impl ReorderModel {
         v
     }
 
+    /// The top-level transactions held, in first-LSN order (`toplevel_by_lsn`).
+    pub fn toplevel_order(&self) -> Vec<TransactionId> {
+        self.toplevel
+            .queue
+            .iter()
+            .map(|e| e.1)
+            .filter(|x| transam::is_valid(*x))
+            .collect()
+    }
+
     /// Every transaction held, top-level and subtransactions, in no particular order.
     pub fn xids(&self) -> Vec<TransactionId> {
         self.txns.keys().copied().collect()
