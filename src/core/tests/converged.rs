@@ -13,19 +13,8 @@ use snapbuild_core::replication::decode::{Payload, RecordHead, RecordKind, Repla
 use snapbuild_core::replication::snapbuild::RestoreResult;
 use snapbuild_core::{BuilderParams, PgVersion, RunningXacts};
 
-/// xorshift64*, as in fuzz.rs.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+mod common;
+use common::Rng;
 
 /// A plausible history: transactions with changes, subtransactions, commits (some with
 /// catalog changes), aborts, and RUNNING_XACTS records listing what runs.

@@ -9,19 +9,8 @@ use snapbuild_core::replication::snapbuild::{RestoreResult, SnapBuild};
 use snapbuild_core::replication::snapbuild_ondisk::SnapBuildOnDisk;
 use snapbuild_core::{BuilderParams, PgVersion, RunningXacts};
 
-/// xorshift64*: small, deterministic, good enough to spread inputs.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+mod common;
+use common::Rng;
 
 #[test]
 fn decoders_never_panic_on_random_bytes() {
