@@ -19,7 +19,9 @@
 #   - a scrape after about 100 MiB more WAL (pgbench), in the same session;
 #   - the first scrape of a new session of its own with 20, 5 and 1 slots over the same WAL
 #     (slots dropped from the newest), each beside pg_waldump --stats over the same WAL, and
-#     again with pg_snapbuild.join_replays = off (every replay fed on its own).
+#     again with pg_snapbuild.join_replays = off (every replay fed on its own);
+#   - last, the watcher's TPS cost: scripts/bench_watcher.sh with its defaults (about half an
+#     hour; PGSNAP_BENCH_WATCHER=0 leaves it out), its figures copied under "watcher".
 # Writes .work/bench-health/result.json. See docs/benchmarks.md "Slot health".
 #
 # Its own copy of the PostgreSQL tree and its own throw-away cluster in .work/bench-health
@@ -37,6 +39,8 @@
 #   PGSNAP_BENCH_RELEASE=1 benchmark a --release build of the work tree; default: the build
 #                          installed in .pg/MAJOR (scripts/setup.sh installs release builds)
 #   PGSNAP_BENCH_KEEP=1    leave the cluster running afterwards
+#   PGSNAP_BENCH_WATCHER=0 leave out the watcher's TPS cost
+#   PGSNAP_BENCH_ROUNDS    rounds of each mode of the watcher's bench (its default: 200)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -261,3 +265,24 @@ if peaks:
 worst = max((s["wall_s"] for s in scrapes[1:]), default=0)
 print(f"goal: repeated scrapes < 100 ms: {'met' if worst < 0.1 else 'NOT met'} (worst {worst * 1000:.1f} ms)")
 PY
+
+# Last, the watcher's TPS cost (scripts/bench_watcher.sh, with its own defaults: its own
+# cluster on its own port, about half an hour). This cluster stops first (unless kept), so that
+# only pgbench and the watcher share the CPUs there.
+if [ "${PGSNAP_BENCH_WATCHER:-1}" = 1 ]; then
+    [ "$KEEP" = 1 ] || stop_cluster
+    say "the watcher's TPS cost: scripts/bench_watcher.sh"
+    env -u PGSNAP_BENCH_PORT -u PGSNAP_BENCH_SLOTS -u PGSNAP_BENCH_CLIENTS -u PGSNAP_BENCH_KEEP \
+        "$ROOT/scripts/bench_watcher.sh"
+    python3 - "$W/result.json" "$ROOT/.work/bench-watcher/result.json" <<'PY'
+import json, sys
+health, watcher = sys.argv[1], sys.argv[2]
+res, wr = json.load(open(health)), json.load(open(watcher))
+res["watcher"] = {k: wr[k] for k in ("slots", "round_s", "watch_interval", "median_tps",
+                                     "watcher_cpu_s_per_round", "pair_ratio_median",
+                                     "pair_ratio_mean", "pair_ratio_mean_90")}
+res["watcher"]["rounds_of_each_mode"] = len(wr["rounds"]) // 2
+res["watcher"]["result"] = watcher
+json.dump(res, open(health, "w"), indent=2)
+PY
+fi
