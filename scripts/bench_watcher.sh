@@ -17,7 +17,7 @@
 # entering "watching", the watcher's first look replays the WAL written while it slept, in that
 # second, so a round counts only the looks at its own WAL. A 1 s watch_interval puts three looks
 # in each 3 s round; it is five times the default's rate, so the fixed part of a look's cost
-# (about 7 ms here, with no WAL to read) weighs five times what it does by default: the cost
+# (what a look costs with no WAL to read) weighs five times what it does by default: the cost
 # measured is an upper bound of the default's.
 # Commits do not wait for the disk (synchronous_commit = off): TPS is bound by the CPUs, the
 # resource the watcher shares, and not by fsync times, whose spread would hide it.
@@ -25,7 +25,7 @@
 # the median TPS of each mode and their ratio, the mean of the rounds' pair ratios with a 90 %
 # bootstrap interval, and whether that interval shows the cost under 2 % (its low end at or
 # above 0.98: one-sided, 95 % sure). Writes
-# .work/bench-watcher/result.json. See docs/benchmarks.md "The watcher".
+# .work/bench-watcher/result.json. See docs/benchmarks.md "The watcher's cost".
 #
 # Environment:
 #   PGSNAP_BENCH_SLOTS     logical slots held (default 5)
