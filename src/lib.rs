@@ -19,6 +19,7 @@
 #[pgrx::pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     adapter::server_log::define_gucs();
+    context::group::define_gucs();
     adapter::shared_state::init();
     worker::init();
 }

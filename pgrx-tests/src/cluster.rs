@@ -197,6 +197,27 @@ impl Env {
         self.connect_raw(app, "120s")
     }
 
+    /// [`Env::connect`], with the NOTICE and WARNING messages the server sends the session
+    /// collected (as `SEVERITY: message`) in the returned list.
+    pub fn connect_with_notices(&self, app: &str) -> (Client, std::sync::Arc<Mutex<Vec<String>>>) {
+        let notices = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let sink = notices.clone();
+        let mut cfg = self.config(app);
+        cfg.notice_callback(move |n| {
+            sink.lock().unwrap_or_else(|p| p.into_inner()).push(format!(
+                "{}: {}",
+                n.severity(),
+                n.message()
+            ));
+        });
+        let mut c = cfg
+            .connect(NoTls)
+            .unwrap_or_else(|e| panic!("cannot connect to {}:{}: {e}", self.host, self.port));
+        c.batch_execute("SET statement_timeout = '120s'")
+            .expect("SET statement_timeout");
+        (c, notices)
+    }
+
     /// How a session of this cluster connects, as `app` (10 s connect timeout).
     fn config(&self, app: &str) -> Config {
         let mut cfg = Config::new();
@@ -310,6 +331,27 @@ impl Env {
     /// the cluster's `bin` there) and the log kept at `PGSNAP_LOG`. Every connection is
     /// gone afterwards.
     pub fn restart(&self, immediate: bool) -> Result<(), String> {
+        let mode = if immediate { "immediate" } else { "fast" };
+        self.pg_ctl(&["restart", "-m", mode, "-w", "-t", "120", "-l"], true)
+    }
+
+    /// `pg_ctl stop -m fast`, waiting for the server to end; returns how long that took.
+    pub fn stop_fast(&self) -> Result<Duration, String> {
+        let t0 = Instant::now();
+        self.pg_ctl(&["stop", "-m", "fast", "-w", "-t", "120"], false)?;
+        Ok(t0.elapsed())
+    }
+
+    /// `pg_ctl start`, waiting until the server accepts connections (log at `PGSNAP_LOG`).
+    pub fn start_server(&self) -> Result<(), String> {
+        self.pg_ctl(&["start", "-w", "-t", "120", "-l"], true)
+    }
+
+    /// `pg_ctl ACTION -D pgdata ARGS [log]` as the OS user `postgres` (through `sudo -n`
+    /// when running as another user), with the `pg_ctl` found first in `PATH`
+    /// (`cluster.sh env` puts the cluster's `bin` there); `with_log`: the log file is the
+    /// last argument (after `-l`).
+    fn pg_ctl(&self, args: &[&str], with_log: bool) -> Result<(), String> {
         let pg_ctl = std::env::var_os("PATH")
             .and_then(|p| {
                 std::env::split_paths(&p)
@@ -330,19 +372,21 @@ impl Env {
         } else {
             std::process::Command::new(&pg_ctl)
         };
-        let mode = if immediate { "immediate" } else { "fast" };
-        let out = cmd
-            .current_dir("/")
-            .arg("restart")
+        cmd.current_dir("/")
+            .arg(args[0])
             .arg("-D")
             .arg(&self.pgdata)
-            .args(["-m", mode, "-w", "-t", "120", "-l"])
-            .arg(&self.log)
+            .args(&args[1..]);
+        if with_log {
+            cmd.arg(&self.log);
+        }
+        let out = cmd
             .output()
             .map_err(|e| format!("{}: {e}", pg_ctl.display()))?;
         if !out.status.success() {
             return Err(format!(
-                "pg_ctl restart -m {mode} failed: {}{}",
+                "pg_ctl {} failed: {}{}",
+                args.join(" "),
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             ));

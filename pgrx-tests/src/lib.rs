@@ -17,7 +17,8 @@
 //! (RUNNING_XACTS records), [`snapfiles`] (`.snap` files), [`trace`] (trace rows),
 //! [`checks`] (what every trace is checked against, collected failures), [`decoding`]
 //! (what test_decoding emitted and what the replay says it emits), [`standby`] (a hot
-//! standby of the cluster: `Env::standby`).
+//! standby of the cluster: `Env::standby`), [`watcher`] (the watcher's pid, activity and LOG
+//! lines).
 
 pub mod checks;
 pub mod cluster;
@@ -29,6 +30,7 @@ pub mod standby;
 pub mod trace;
 pub mod values;
 pub mod wal;
+pub mod watcher;
 
 pub use checks::*;
 pub use cluster::*;
@@ -40,3 +42,4 @@ pub use standby::*;
 pub use trace::*;
 pub use values::*;
 pub use wal::*;
+pub use watcher::*;

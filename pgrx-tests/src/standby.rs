@@ -296,6 +296,33 @@ EOF\n\
         run(c, "pg_ctl promote").map(|_| ())
     }
 
+    /// Copies the primary's slot `slot` into this standby as a file-level backup or an HA
+    /// tool would (its directory under `pg_replslot`, after a CHECKPOINT on the primary
+    /// saved it; pg_basebackup leaves slots out): the standby is stopped, the directory
+    /// copied, the standby started again (it restores the slot at start).
+    pub fn copy_slot_from_primary(&self, slot: &str) -> Result<(), String> {
+        let mut p = self.primary.connect("pgsnap-copy-slot");
+        p.batch_execute("CHECKPOINT").map_err(|e| err_text(&e))?;
+        self.stop();
+        let from = self.primary.pgdata.join("pg_replslot").join(slot);
+        let to = self.env.pgdata.join("pg_replslot");
+        let mut cp = as_pg(Path::new("/bin/cp"));
+        cp.arg("-a").arg(&from).arg(&to);
+        run(cp, "copying the slot's directory")?;
+        self.start()
+    }
+
+    /// Removes slot `slot` from this standby (stopped, its directory removed, started
+    /// again): a copied logical slot that the standby cannot drop itself (14, 15).
+    pub fn remove_slot_files(&self, slot: &str) -> Result<(), String> {
+        self.stop();
+        let mut rm = as_pg(Path::new("/bin/rm"));
+        rm.arg("-rf")
+            .arg(self.env.pgdata.join("pg_replslot").join(slot));
+        run(rm, "removing the slot's directory")?;
+        self.start()
+    }
+
     /// Waits (up to `timeout`) until `pg_replication_slots` on this standby, asked through
     /// `sc`, lists slot `slot` (a creation started there has made it).
     pub fn wait_slot_listed(&self, sc: &mut Client, slot: &str, timeout: Duration) {

@@ -18,6 +18,16 @@
 //!   (the segment is the standby's own): a new session there resumes what another left
 //!   and equals a full replay at one replay position. The preload is put back (a restart)
 //!   at the end.
+//! - sh3: a slot dropped and made again with the same name, restart_lsn and confirmed_flush
+//!   (`pg_copy_logical_replication_slot` of one source) but another output plugin, and on
+//!   18 the same slot switched to two-phase (`ALTER_REPLICATION_SLOT … (TWO_PHASE true)`),
+//!   is replayed anew by the next session (it reads the whole backlog, where resuming
+//!   the other decoder's replay would read nothing) and equals a full replay.
+//! - sh4 (17+, not preloaded): `pg_snapbuild.shared_state_size` changed by ten reloads,
+//!   each followed by a new session's scrape: the sessions share one area, and the
+//!   server's `/dev/shm` holds no more segments than after the first scrape; a session
+//!   that cannot make or find the segment (`pg_snapbuild.debug_shared_segment_error`)
+//!   gets one WARNING, replays on its own (`backend`) and equals a full replay.
 
 use pg_snapbuild_tests::*;
 use postgres::Client;
@@ -411,4 +421,222 @@ fn standby_without_preload(env: &Env, pc: &mut Client) -> usize {
     drop(sc);
     sb.stop();
     compared
+}
+
+/// (replayed_bytes, replay_state) of slot `slot` in one scrape of a new session.
+fn slot_meta(env: &Env, slot: &str) -> (i64, Option<String>) {
+    let r = env
+        .connect("pgsnap-sh3-meta")
+        .query_one(
+            "SELECT replayed_bytes, replay_state FROM snapbuild_slot_health WHERE slot_name = $1",
+            &[&slot],
+        )
+        .unwrap();
+    (r.get(0), r.get(1))
+}
+
+/// What a new shared session says of `slot` (bytes read, health row), and a full
+/// replay's health row, at one flush position.
+fn resumed_and_full(env: &Env, c: &mut Client, slot: &str) -> (i64, Vec<String>, Vec<String>) {
+    for _ in 0..5 {
+        let f0 = flush_lsn(c);
+        let (bytes, state) = slot_meta(env, slot);
+        assert_eq!(state.as_deref(), Some("shared"));
+        let shared = health_rows(&mut env.connect("pgsnap-sh3-shared"), &[slot]);
+        let full = health_rows(&mut env.connect_unshared("pgsnap-sh3-full"), &[slot]);
+        if flush_lsn(c) == f0 {
+            return (bytes, shared, full);
+        }
+    }
+    panic!("no flush position stood still across the scrapes");
+}
+
+#[test]
+fn sh3_a_slot_of_the_same_name_and_position_with_another_decoder_is_replayed_anew() {
+    let Some((_g, env, mut c)) = start() else {
+        return;
+    };
+    let (src, slot) = ("pgsnap_sh3_src", "pgsnap_sh3");
+    let _src_guard = SlotGuard::new(&env, src);
+    let _guard = SlotGuard::new(&env, slot);
+    c.batch_execute("CREATE TABLE IF NOT EXISTS pgsnap_sh1_t (i int)")
+        .unwrap();
+    create_slot(&env, src);
+    c.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 15000)")
+        .unwrap();
+    let copy = |c: &mut Client, plugin: &str| {
+        c.execute(
+            "SELECT pg_copy_logical_replication_slot($1, $2, false, $3)",
+            &[&src, &slot, &plugin],
+        )
+        .unwrap_or_else(|e| panic!("copying the slot: {}", err_text(&e)));
+    };
+    copy(&mut c, "test_decoding");
+    let first = server_slot(&mut c, slot);
+    // A first session replays it (test_decoding) into the shared area.
+    let (_, state) = slot_meta(&env, slot);
+    assert_eq!(state.as_deref(), Some("shared"));
+    let (again, _, _) = resumed_and_full(&env, &mut c, slot);
+    assert!(again < 8192, "the same decoder is resumed: {again} bytes");
+
+    // The same name, restart_lsn and confirmed_flush, another plugin.
+    c.execute("SELECT pg_drop_replication_slot($1)", &[&slot])
+        .unwrap();
+    copy(&mut c, "pgoutput");
+    let second = server_slot(&mut c, slot);
+    assert_eq!(
+        (second.restart_lsn, second.confirmed_flush),
+        (first.restart_lsn, first.confirmed_flush)
+    );
+    let backlog = (flush_lsn(&mut c) - second.restart_lsn) as i64;
+    let (bytes, shared, full) = resumed_and_full(&env, &mut c, slot);
+    assert_eq!(shared, full, "another plugin: shared vs full replay");
+    assert!(
+        bytes > backlog / 2,
+        "another plugin: a new session read {bytes} bytes of a {backlog}-byte backlog; it resumed the other decoder's replay"
+    );
+    let mut counts = format!("plugin: {bytes} of {backlog} bytes read anew");
+
+    // 18: the same slot switched to two-phase decoding.
+    if env.major >= 18 {
+        let (again, _, _) = resumed_and_full(&env, &mut c, slot);
+        assert!(again < 8192, "{again}");
+        let conninfo = format!(
+            "host={} port={} user={} dbname={} replication=database",
+            env.host, env.port, env.user, env.dbname
+        );
+        let out = std::process::Command::new("psql")
+            .args([&conninfo, "-X", "-v", "ON_ERROR_STOP=1", "-c"])
+            .arg(format!("ALTER_REPLICATION_SLOT {slot} (TWO_PHASE true)"))
+            .output()
+            .expect("psql");
+        assert!(
+            out.status.success(),
+            "ALTER_REPLICATION_SLOT: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let two_phase: bool = c
+            .query_one(
+                "SELECT two_phase FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .unwrap()
+            .get(0);
+        assert!(two_phase);
+        let backlog = (flush_lsn(&mut c) - second.restart_lsn) as i64;
+        let (bytes, shared, full) = resumed_and_full(&env, &mut c, slot);
+        assert_eq!(shared, full, "two_phase: shared vs full replay");
+        assert!(
+            bytes > backlog / 2,
+            "two_phase: a new session read {bytes} bytes of a {backlog}-byte backlog"
+        );
+        counts.push_str(&format!(
+            "; two_phase: {bytes} of {backlog} bytes read anew"
+        ));
+    }
+    println!("pgsnap-counts: sh3 {counts}; rows equal a full replay");
+}
+
+/// The dynamic shared memory segments the server holds now (`/dev/shm/PostgreSQL.*`,
+/// dynamic_shared_memory_type = posix).
+fn shm_segments() -> usize {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("PostgreSQL."))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn sh4_without_the_preload_one_segment_whatever_the_reloads_and_a_fallback() {
+    let Some((_g, env, c)) = start() else {
+        return;
+    };
+    if env.major < 17 {
+        println!(
+            "SKIPPED: sh4: PostgreSQL {} shares replays only when preloaded (named segments are 17+)",
+            env.major
+        );
+        return;
+    }
+    drop(c);
+    let restore = WithoutPreload::new(&env);
+    let mut c = env.connect("pgsnap-sh4");
+    let dsm: String = c
+        .query_one("SHOW dynamic_shared_memory_type", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(dsm, "posix");
+    let slot = "pgsnap_sh4";
+    let guard = SlotGuard::new(&env, slot);
+    c.batch_execute("CREATE TABLE IF NOT EXISTS pgsnap_sh1_t (i int)")
+        .unwrap();
+    create_slot(&env, slot);
+    let (_, state) = slot_meta(&env, slot);
+    assert_eq!(state.as_deref(), Some("shared"));
+    let after_first = shm_segments();
+    for i in 1..=10 {
+        let _size = env.set_reloaded(
+            "pg_snapbuild.shared_state_size",
+            &format!("'{}kB'", 8192 + 64 * i),
+        );
+        c.batch_execute("INSERT INTO pgsnap_sh1_t SELECT generate_series(1, 1000)")
+            .unwrap();
+        let (bytes, state) = slot_meta(&env, slot);
+        assert_eq!(state.as_deref(), Some("shared"), "reload {i}");
+        assert!(
+            bytes < 256 * 1024,
+            "reload {i}: {bytes} bytes: the replay was not resumed"
+        );
+    }
+    let after_reloads = shm_segments();
+    assert!(
+        after_reloads <= after_first,
+        "ten reloads of pg_snapbuild.shared_state_size: {after_first} segments after the first scrape, {after_reloads} after"
+    );
+
+    // A session that cannot make or find the segment: one WARNING, its own replays.
+    let (mut w, notices) = env.connect_with_notices("pgsnap-sh4-fallback");
+    // A new backend has not attached yet; the setting makes its first attempt fail.
+    w.batch_execute("SET pg_snapbuild.debug_shared_segment_error = on")
+        .unwrap();
+    let (state, rows) = {
+        let st: Option<String> = w
+            .query_one(
+                "SELECT replay_state FROM snapbuild_slot_health WHERE slot_name = $1",
+                &[&slot],
+            )
+            .unwrap()
+            .get(0);
+        (st, health_rows(&mut w, &[slot]))
+    };
+    let full = health_rows(&mut env.connect_unshared("pgsnap-sh4-full"), &[slot]);
+    assert_eq!(state.as_deref(), Some("backend"));
+    assert_eq!(rows, full, "the fallback equals a full replay");
+    let warnings: Vec<String> = notices
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|n| n.starts_with("WARNING"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one WARNING for two calls: {warnings:#?}"
+    );
+    assert!(
+        warnings[0].contains("could not find or make the shared memory"),
+        "{warnings:?}"
+    );
+    drop(w);
+    drop(c);
+    drop(guard);
+    drop(restore);
+    println!(
+        "pgsnap-counts: sh4 PostgreSQL {}: {after_first} segments after the first scrape, {after_reloads} after 10 reloads of shared_state_size; the fallback: one WARNING, backend replays equal to a full replay",
+        env.major
+    );
 }

@@ -26,56 +26,6 @@ use pg_snapbuild_tests::*;
 use postgres::Client;
 use std::time::{Duration, Instant};
 
-/// The watcher's pid, waiting up to `timeout` for it to run.
-fn watcher_pid(c: &mut Client, timeout: Duration) -> i32 {
-    let until = Instant::now() + timeout;
-    loop {
-        let pid: Option<i32> = c
-            .query_opt(
-                "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_snapbuild watcher'",
-                &[],
-            )
-            .unwrap()
-            .map(|r| r.get(0));
-        if let Some(p) = pid {
-            return p;
-        }
-        assert!(
-            Instant::now() < until,
-            "no pg_snapbuild watcher in pg_stat_activity: is pg_snapbuild in shared_preload_libraries?"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// The watcher's LOG lines since `offset` whose message starts with `prefix`.
-fn watcher_lines(env: &Env, offset: u64, pid: i32, prefix: &str) -> Vec<LogEntry> {
-    log_entries_since(env, offset)
-        .into_iter()
-        .filter(|e| e.pid == pid && e.level == "LOG" && e.message.starts_with(prefix))
-        .collect()
-}
-
-/// Waits up to `timeout` for at least one such line.
-fn wait_for_lines(
-    env: &Env,
-    offset: u64,
-    pid: i32,
-    prefix: &str,
-    timeout: Duration,
-) -> Vec<LogEntry> {
-    let mut lines = Vec::new();
-    wait_for(
-        &format!("a LOG line \"{prefix}…\" from the watcher"),
-        timeout,
-        || {
-            lines = watcher_lines(env, offset, pid, prefix);
-            !lines.is_empty()
-        },
-    );
-    lines
-}
-
 /// Waits until the creating backend `pid` waits for `xid` in pg_locks.
 fn creator_waits(c: &mut Client, pid: i32, xid: u64) {
     wait_for(
@@ -95,22 +45,6 @@ fn diagnosed_blockers(c: &mut Client, slot: &str) -> Vec<i32> {
     .iter()
     .map(|r| r.get(0))
     .collect()
-}
-
-/// The pids a LOG line's DETAIL names as holders (`held by pid N`).
-fn named_pids(detail: &str) -> Vec<i32> {
-    let mut pids: Vec<i32> = detail
-        .split("held by pid ")
-        .skip(1)
-        .filter_map(|s| {
-            s.split(|ch: char| !ch.is_ascii_digit())
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect();
-    pids.sort_unstable();
-    pids
 }
 
 #[test]

@@ -269,9 +269,12 @@ pub fn standby_snapshot_xids() -> Vec<TransactionId> {
     }
 }
 
-/// Every xmin horizon of the cluster but slot `slot`'s own and the calling backend's
-/// (procarray.c ComputeXidHorizons' inputs as the views show them): other slots' xmin
-/// and catalog_xmin, backends' backend_xmin and backend_xid, prepared transactions.
+/// Every xmin horizon of the cluster but slot `slot`'s own, the calling backend's and
+/// the watcher's (procarray.c ComputeXidHorizons' inputs as the views show them): other
+/// slots' xmin and catalog_xmin, backends' backend_xmin and backend_xid, prepared
+/// transactions. The watcher holds a snapshot only while it reads the catalogs, a few
+/// milliseconds per look, never while it reads WAL: it is never what holds a horizon
+/// back, and is never named.
 pub fn horizons(slot: &str) -> Vec<Horizon> {
     let sql = "SELECT format('slot %I (%s)', slot_name, k) AS what, (x::text)::int8 AS xid
                  FROM pg_catalog.pg_replication_slots,
@@ -282,6 +285,7 @@ pub fn horizons(slot: &str) -> Vec<Horizon> {
                  FROM pg_catalog.pg_stat_activity,
                       LATERAL (VALUES ('xmin', backend_xmin), ('xid', backend_xid)) v(k, x)
                 WHERE pid <> pg_catalog.pg_backend_pid() AND x IS NOT NULL
+                  AND backend_type IS DISTINCT FROM 'pg_snapbuild watcher'
                UNION ALL
                SELECT format('prepared transaction %L', gid), (transaction::text)::int8
                  FROM pg_catalog.pg_prepared_xacts";

@@ -133,43 +133,157 @@ pub fn events(mut check: impl FnMut()) -> Result<(PathBuf, Vec<LogEvent>), Strin
     let (path, format, collector) = locate()?;
     let zones = zone_names();
     let mut out = Vec::new();
-    let mut n = 0u64;
     for (file, skip) in files_to_read(&path, collector, limit) {
-        let mut f = std::fs::File::open(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-        if skip > 0 {
-            f.seek(SeekFrom::Start(skip))
-                .map_err(|e| format!("{}: {e}", file.display()))?;
-        }
-        let mut reader = BufReader::new(f.take(limit));
-        let mut stderr = StderrParser::with_zones(zones.clone());
-        let mut csv = CsvParser::with_zones(zones.clone());
-        let mut buf = Vec::new();
-        let mut first = skip > 0;
-        loop {
-            buf.clear();
-            match reader.read_until(b'\n', &mut buf) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e) => return Err(format!("{}: {e}", file.display())),
-            }
-            if std::mem::take(&mut first) {
-                continue; // the partial line where reading began
-            }
-            n += 1;
-            if n.is_multiple_of(4096) {
-                check();
-            }
-            let line = String::from_utf8_lossy(&buf);
-            let line = line.trim_end_matches(['\n', '\r']);
-            match format {
-                Format::Stderr => out.extend(stderr.line(line)),
-                Format::Csv => out.extend(csv.line(line)),
-                Format::Json => out.extend(parse_json_line(line, &zones)),
-            }
-        }
-        out.extend(stderr.finish());
+        read_events(
+            &file,
+            format,
+            &zones,
+            skip,
+            skip > 0,
+            limit,
+            &mut out,
+            &mut check,
+        )?;
     }
     Ok((path, out))
+}
+
+/// The events of `file` from byte `from` on (at most `limit` bytes), appended to `out`;
+/// `partial`: the line where reading begins is cut (skipped). Returns where the last
+/// complete line read ends: the next read starts there.
+#[allow(clippy::too_many_arguments)]
+fn read_events(
+    file: &std::path::Path,
+    format: Format,
+    zones: &ZoneNames,
+    from: u64,
+    partial: bool,
+    limit: u64,
+    out: &mut Vec<LogEvent>,
+    check: &mut impl FnMut(),
+) -> Result<u64, String> {
+    let mut f = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    if from > 0 {
+        f.seek(SeekFrom::Start(from))
+            .map_err(|e| format!("{}: {e}", file.display()))?;
+    }
+    let mut reader = BufReader::new(f.take(limit));
+    let mut stderr = StderrParser::with_zones(zones.clone());
+    let mut csv = CsvParser::with_zones(zones.clone());
+    let mut buf = Vec::new();
+    let mut first = partial;
+    let mut at = from;
+    let mut n = 0u64;
+    loop {
+        buf.clear();
+        match reader.read_until(b'\n', &mut buf) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => return Err(format!("{}: {e}", file.display())),
+        }
+        if buf.last() != Some(&b'\n') {
+            break; // a line still being written: read again next time
+        }
+        at += buf.len() as u64;
+        if std::mem::take(&mut first) {
+            continue; // the partial line where reading began
+        }
+        n += 1;
+        if n.is_multiple_of(4096) {
+            check();
+        }
+        let line = String::from_utf8_lossy(&buf);
+        let line = line.trim_end_matches(['\n', '\r']);
+        match format {
+            Format::Stderr => out.extend(stderr.line(line)),
+            Format::Csv => out.extend(csv.line(line)),
+            Format::Json => out.extend(parse_json_line(line, zones)),
+        }
+    }
+    out.extend(stderr.finish());
+    Ok(at)
+}
+
+/// Where a reader of the log stopped, so that the next read takes only what was written
+/// since ([`events_since`]).
+#[derive(Default)]
+pub struct LogCursor {
+    /// The file read last, its format, and the end of its last complete line read.
+    at: Option<(PathBuf, Format, u64)>,
+    zones: Option<ZoneNames>,
+}
+
+/// The events written to the log since `cursor` last read it, oldest first; the first
+/// call reads the log's newest part as [`events`] does. A rotation (another current
+/// file) reads the rest of the old file, then the new one from its start; a file that
+/// shrank is read again from its start. At most `pg_snapbuild.server_log_max_mb` per
+/// file and call; `check` runs between lines (interrupts).
+pub fn events_since(
+    cursor: &mut LogCursor,
+    mut check: impl FnMut(),
+) -> Result<Vec<LogEvent>, String> {
+    let limit = max_log_bytes();
+    if limit == 0 {
+        return Err("pg_snapbuild.server_log_max_mb is 0: the server log is not read".into());
+    }
+    let (path, format, collector) = locate()?;
+    let zones = cursor.zones.get_or_insert_with(zone_names).clone();
+    let mut out = Vec::new();
+    let len_of = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).ok();
+    let end = match cursor.at.take() {
+        Some((old, f, at))
+            if old == path && f == format && len_of(&path).is_some_and(|l| l >= at) =>
+        {
+            let from = at.max(len_of(&path).unwrap_or(0).saturating_sub(limit));
+            read_events(
+                &path,
+                format,
+                &zones,
+                from,
+                from > at,
+                limit,
+                &mut out,
+                &mut check,
+            )?
+        }
+        Some((old, f, at)) => {
+            if old != path && len_of(&old).is_some_and(|l| l > at) {
+                read_events(&old, f, &zones, at, false, limit, &mut out, &mut check)?;
+            }
+            let from = len_of(&path).unwrap_or(0).saturating_sub(limit);
+            read_events(
+                &path,
+                format,
+                &zones,
+                from,
+                from > 0,
+                limit,
+                &mut out,
+                &mut check,
+            )?
+        }
+        None => {
+            let mut end = 0;
+            for (file, skip) in files_to_read(&path, collector, limit) {
+                let e = read_events(
+                    &file,
+                    format,
+                    &zones,
+                    skip,
+                    skip > 0,
+                    limit,
+                    &mut out,
+                    &mut check,
+                )?;
+                if file == path {
+                    end = e;
+                }
+            }
+            end
+        }
+    };
+    cursor.at = Some((path, format, end));
+    Ok(out)
 }
 
 /// The zone abbreviations the log's timestamps may carry: `log_timezone`'s own (now), then

@@ -623,14 +623,16 @@ impl WalReader {
     /// reading, so that the batch ends only at a record that needs more than its head,
     /// the end of WAL, an error, or the first record past the bound (kept in `lean`).
     /// For a caller with nothing to do between such records (the traces' record loop,
-    /// [`WalReader::feeding_is_due`] first). `feed` runs inside the guard: it must not
-    /// raise an ERROR (no PostgreSQL calls); a panic in it is caught there and resumed
-    /// once the guard is left.
-    pub fn read_batch_feeding(&mut self, mut feed: impl FnMut(&LeanHead)) {
+    /// [`WalReader::feeding_is_due`] first), or with something to do now and then: `feed`
+    /// returns false to end the batch after the record it was given (taken). `feed` runs
+    /// inside the guard: it must not raise an ERROR (no PostgreSQL calls); a panic in it
+    /// is caught there and resumed once the guard is left.
+    pub fn read_batch_feeding(&mut self, mut feed: impl FnMut(&LeanHead) -> bool) {
         let mut panic = None;
         self.read_batch_with(|head| {
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed(head))) {
-                Ok(()) => Consume::Taken,
+                Ok(true) => Consume::Taken,
+                Ok(false) => Consume::Stop,
                 Err(p) => {
                     panic = Some(p);
                     Consume::Stop
@@ -917,8 +919,7 @@ pub fn segment_written_at(lsn: Lsn) -> Option<i64> {
     }
     let modified = best?.1.modified().ok()?;
     let unix = modified.duration_since(std::time::UNIX_EPOCH).ok()?;
-    // 2000-01-01 is 946684800 s after the Unix epoch.
-    Some(unix.as_micros() as i64 - 946_684_800_000_000)
+    Some(snapbuild_core::include::timestamp::timestamp_from_unix_micros(unix.as_micros() as i64))
 }
 
 /// How far WAL can be read now: the flush position on a primary (`GetFlushRecPtr`), the

@@ -394,7 +394,10 @@ impl DecodingContext {
         let last_record = &mut self.last_record;
         unsafe {
             pgrx::PgMemoryContexts::For(self.mcx).switch_to(|_| {
-                reader.read_batch_feeding(|h| feed_head(replay, records, last_end, last_record, h))
+                reader.read_batch_feeding(|h| {
+                    feed_head(replay, records, last_end, last_record, h);
+                    true
+                })
             });
         }
     }

@@ -10,11 +10,13 @@ use snapbuild_core::diagnose::{
 use snapbuild_core::server_log::LogEvent;
 use snapbuild_core::{Lsn, Replay};
 
+use crate::adapter::server_log::LogCursor;
 use crate::adapter::slots::SlotCopy;
 use crate::adapter::{activity, server_version, shared_state, wal};
 use crate::context::group::ReplayGroup;
 use crate::context::input::for_slot_copy;
 use crate::context::DecodingContext;
+use snapbuild_core::replication::shared_replays::Held;
 
 /// What `replay` reached (having read to `replayed_to`), with the forecasts for the transactions holding
 /// the slot's restart_lsn and catalog_xmin ([`diagnose::forecast`], against the
@@ -94,16 +96,6 @@ pub fn slots_health(slots: &[SlotCopy]) -> Vec<(String, diagnose::Health, Judged
     judge_slots(slots, true, diagnose::health)
 }
 
-/// The findings of every logical slot in `slots` (see [`diagnose::diagnose`]), from one
-/// read of the WAL for all of them, as [`slots_health`] reads it; a slot that vanished
-/// from pg_replication_slots meanwhile is left out. Used by the watcher.
-pub fn diagnose_slots(slots: &[SlotCopy]) -> Vec<(String, Vec<Finding>)> {
-    judge_slots(slots, true, diagnose::diagnose)
-        .into_iter()
-        .map(|(name, findings, _)| (name, findings))
-        .collect()
-}
-
 /// Where a slot's replay lives after a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReplayHome {
@@ -113,7 +105,7 @@ pub enum ReplayHome {
     /// In this backend only (no shared area, the setting is off, or the replay does not
     /// fit in the area).
     Backend,
-    /// Not replayed (invalidated, or its WAL is gone).
+    /// Not replayed (invalidated, its WAL is gone, or this node cannot decode).
     None,
 }
 
@@ -134,24 +126,55 @@ pub struct Judged {
     /// WAL bytes its replay took in this call.
     pub bytes: u64,
     pub replay: ReplayHome,
+    /// The pid creating the slot, while it is being created.
+    pub creator: Option<i32>,
 }
 
 thread_local! {
     /// The replays this backend keeps between calls (`snapbuild_diagnose`,
-    /// `snapbuild_slot_health`).
+    /// `snapbuild_slot_health`, the watcher's looks).
     static GROUP: std::cell::RefCell<ReplayGroup> = std::cell::RefCell::new(ReplayGroup::default());
+    /// The invalidating record found for each invalidated slot, by (slot, restart_lsn,
+    /// invalidation cause): found once, not at every call.
+    static INVALIDATED: std::cell::RefCell<Vec<((String, u64, String), Option<(Lsn, String)>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+    /// The server log as far as this backend read it, and each slot's last
+    /// `could not synchronize replication slot` line met so far.
+    static SYNC_SKIPS: std::cell::RefCell<(LogCursor, Vec<(String, SyncSkip)>)> =
+        std::cell::RefCell::new((LogCursor::default(), Vec::new()));
 }
 
-/// Judges `slots` with `f` after bringing their kept replays to the end of flushed WAL
-/// in one read. `all`: `slots` are all the logical slots. Replays of slots that no
-/// longer exist are forgotten. The group is taken out of [`GROUP`] while it is advanced: an ERROR (or a
-/// cancel) on the way leaves an empty group, and the next call starts afresh.
-fn judge_slots<T>(
-    slots: &[SlotCopy],
-    all: bool,
-    f: fn(&SlotFacts, Option<&BuilderFacts>, &ServerFacts, &[diagnose::Holder]) -> T,
-) -> Vec<(String, T, Judged)> {
+/// A call's work on the slots between its three steps: the catalog reads before the WAL
+/// read ([`prepare`]), the WAL read ([`read_wal`]: no catalog access, no snapshot needed),
+/// and the catalog reads and judgement after it ([`finish`]). The watcher runs each step
+/// in a transaction of its own, so that it holds no snapshot while it reads WAL; a SQL
+/// function runs the three in its statement.
+pub struct Judging {
+    group: ReplayGroup,
+    live: Vec<String>,
+    shared: bool,
+    /// Each slot still listed, with its facts and whether its replay is fed.
+    slots: Vec<(SlotCopy, SlotFacts, bool)>,
+    /// WAL bytes each replay took.
+    read: Vec<(String, u64)>,
+    /// What the shared area holds after the read.
+    held: Vec<Held>,
+}
+
+/// Whether this node can run a logical decoder: not a standby of PostgreSQL 14 or 15.
+pub fn decoding_possible() -> bool {
+    server_version().major >= 16 || !wal::in_recovery()
+}
+
+/// The first step: the slots' facts from the catalogs and the shared area's replays.
+/// `all`: `slots` are all the logical slots. Replays of slots that no longer exist are
+/// forgotten. On a node that cannot decode (a 14 or 15 standby) nothing is replayed:
+/// the slots are judged from their positions alone.
+pub fn prepare(slots: &[SlotCopy], all: bool) -> Judging {
+    // Taken out of GROUP while the call lasts: an ERROR (or a cancel) on the way leaves
+    // an empty group, and the next call resumes the shared area's replays.
     let mut group = GROUP.with(|g| std::mem::take(&mut *g.borrow_mut()));
+    let observed_at = crate::context::group::now();
     let live: Vec<String> = if all {
         slots.iter().map(|s| s.name.clone()).collect()
     } else {
@@ -161,11 +184,13 @@ fn judge_slots<T>(
             .map(|s| s.name)
             .collect()
     };
-    let shared = shared_state::available();
+    let replayable = decoding_possible();
+    let shared = replayable && shared_state::available();
     if shared {
         group.adopt(shared_state::load());
     }
     group.retain_live(&live);
+    INVALIDATED.with(|c| c.borrow_mut().retain(|((n, _, _), _)| live.contains(n)));
     let in_recovery = wal::in_recovery();
     let mut judged = Vec::new();
     for slot in slots {
@@ -177,43 +202,77 @@ fn judge_slots<T>(
         let invalid = facts.invalidation_reason.is_some()
             || facts.wal_status.as_deref() == Some("lost")
             || slot.restart_lsn == 0;
-        if invalid && slot.restart_lsn != 0 {
-            facts.invalidated_at = invalidating_record(slot);
-        }
         if let Some(c) = facts.synced.as_mut().filter(|c| c.temporary) {
             c.last_skip = last_sync_skip(&slot.name);
         }
-        let replayed = if invalid {
+        let replayed = if invalid || !replayable {
             // Its WAL may be gone: let go of a replay kept from before.
             group.forget(&slot.name);
             false
         } else {
-            group.ensure(slot)
+            group.ensure(slot, observed_at)
         };
-        judged.push((slot, facts, replayed));
+        judged.push((slot.clone(), facts, replayed));
     }
-    let wanted: Vec<&str> = judged
+    Judging {
+        group,
+        live,
+        shared,
+        slots: judged,
+        read: Vec::new(),
+        held: Vec::new(),
+    }
+}
+
+/// The second step: brings the replays to the end of flushed WAL (on a standby:
+/// replayed WAL) in one read, stores them in the shared area, and finds the record that
+/// invalidated each invalidated slot (once per slot). Reads WAL and `.snap` files only:
+/// it needs no snapshot and takes no lock on a relation.
+pub fn read_wal(j: &mut Judging) {
+    let wanted: Vec<String> = j
+        .slots
         .iter()
         .filter(|(_, _, r)| *r)
-        .map(|(s, _, _)| s.name.as_str())
+        .map(|(s, _, _)| s.name.clone())
         .collect();
-    let read = group.advance(|name| wanted.contains(&name));
-    let held = if shared {
-        let held = shared_state::store(&group.export(), Some(&live));
-        group.mark_shared(&held);
-        held
-    } else {
-        Vec::new()
-    };
-    let rows = judged
+    j.read = j
+        .group
+        .advance(|name| wanted.iter().any(|w| w == name), j.shared);
+    if j.shared {
+        j.held = shared_state::store(&j.group.export(), Some(&j.live));
+        j.group.mark_shared(&j.held);
+    }
+    for (slot, facts, _) in &mut j.slots {
+        let invalid = facts.invalidation_reason.is_some()
+            || facts.wal_status.as_deref() == Some("lost")
+            || slot.restart_lsn == 0;
+        if invalid && slot.restart_lsn != 0 {
+            facts.invalidated_at = invalidating_record_kept(slot, facts);
+        }
+    }
+}
+
+/// The third step: each slot judged with `f`, from its replay and the server as it is
+/// now (the transactions running are read after the replay, so that every xid the replay
+/// met and still runs is among them). The group is kept for the next call.
+pub fn finish<T>(
+    j: Judging,
+    f: fn(&SlotFacts, Option<&BuilderFacts>, &ServerFacts, &[diagnose::Holder]) -> T,
+) -> Vec<(String, T, Judged)> {
+    let Judging {
+        group,
+        slots,
+        read,
+        held,
+        ..
+    } = j;
+    let rows = slots
         .into_iter()
         .map(|(slot, facts, _)| {
-            // The transactions running are read after the replay, so that every xid the
-            // replay met and still runs is among them.
             let mut server = server_facts(&slot.name);
             let builder = group
                 .member(&slot.name)
-                .map(|m| builder_facts(&m.replay, m.last_end, m.phase_since, slot, &mut server));
+                .map(|m| builder_facts(&m.replay, m.last_end, m.phase_since, &slot, &mut server));
             let bytes = read
                 .iter()
                 .find(|(n, _)| *n == slot.name)
@@ -221,14 +280,37 @@ fn judge_slots<T>(
             let t = judge(&facts, builder.as_ref(), &mut server, f);
             let replay = match group.member(&slot.name) {
                 None => ReplayHome::None,
-                Some(_) if held.contains(&slot.name) => ReplayHome::Shared,
+                Some(m) if held.iter().any(|h| h.covers(&m.name, &m.key, m.last_end.0)) => {
+                    ReplayHome::Shared
+                }
                 Some(_) => ReplayHome::Backend,
             };
-            (slot.name.clone(), t, Judged { bytes, replay })
+            let creator = facts.active_pid.filter(|_| facts.in_creation);
+            (
+                slot.name.clone(),
+                t,
+                Judged {
+                    bytes,
+                    replay,
+                    creator,
+                },
+            )
         })
         .collect();
     GROUP.with(|g| *g.borrow_mut() = group);
     rows
+}
+
+/// Judges `slots` with `f` after bringing their kept replays to the end of flushed WAL
+/// in one read: [`prepare`], [`read_wal`] and [`finish`] in the caller's transaction.
+fn judge_slots<T>(
+    slots: &[SlotCopy],
+    all: bool,
+    f: fn(&SlotFacts, Option<&BuilderFacts>, &ServerFacts, &[diagnose::Holder]) -> T,
+) -> Vec<(String, T, Judged)> {
+    let mut j = prepare(slots, all);
+    read_wal(&mut j);
+    finish(j, f)
 }
 
 /// The findings (or health) of a slot once replayed: the flush position the replay read
@@ -250,19 +332,54 @@ fn judge<T>(
 
 /// The slot synchronization's last `could not synchronize replication slot` line about
 /// `slot` in the server log (its time and DETAIL), if the log is readable and has one.
+/// The log is read from where this backend's last read stopped (the first time: its
+/// newest part), once for every slot: what it says of each slot is kept.
 fn last_sync_skip(slot: &str) -> Option<SyncSkip> {
-    let (_, events) = crate::adapter::server_log::events(|| {
-        pgrx::check_for_interrupts!();
+    SYNC_SKIPS.with(|s| {
+        let (cursor, last) = &mut *s.borrow_mut();
+        if let Ok(events) = crate::adapter::server_log::events_since(cursor, || {
+            pgrx::check_for_interrupts!();
+        }) {
+            for e in events {
+                let LogEvent::SlotSyncSkipped(l) = e else {
+                    continue;
+                };
+                let Some(reason) = l.detail.as_deref().and_then(SyncSkipReason::from_detail) else {
+                    continue;
+                };
+                let skip = SyncSkip {
+                    at: snapbuild_core::timestamp_from_unix_ms(l.at_ms),
+                    reason,
+                };
+                match last.iter_mut().find(|(n, _)| *n == l.slot) {
+                    Some((_, s)) => *s = skip,
+                    None => last.push((l.slot, skip)),
+                }
+            }
+        }
+        last.iter().find(|(n, _)| n == slot).map(|(_, s)| s.clone())
     })
-    .ok()?;
-    events.iter().rev().find_map(|e| match e {
-        LogEvent::SlotSyncSkipped(l) if l.slot == slot => Some(SyncSkip {
-            // milliseconds since 1970 to microseconds since 2000-01-01
-            at: (l.at_ms - 946_684_800_000).saturating_mul(1000),
-            reason: SyncSkipReason::from_detail(l.detail.as_deref()?)?,
-        }),
-        _ => None,
-    })
+}
+
+/// [`invalidating_record`], found once per slot, restart_lsn and invalidation cause
+/// and kept (the record does not change: the slot is invalidated for good).
+fn invalidating_record_kept(slot: &SlotCopy, facts: &SlotFacts) -> Option<(Lsn, String)> {
+    let key = (
+        slot.name.clone(),
+        slot.restart_lsn,
+        facts.invalidation_reason.clone().unwrap_or_default(),
+    );
+    if let Some(found) = INVALIDATED.with(|c| {
+        c.borrow()
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, f)| f.clone())
+    }) {
+        return found;
+    }
+    let found = invalidating_record(slot);
+    INVALIDATED.with(|c| c.borrow_mut().push((key, found.clone())));
+    found
 }
 
 /// The record whose redo invalidated `slot` on a standby (rows_removed,
@@ -270,6 +387,9 @@ fn last_sync_skip(slot: &str) -> Option<SyncSkip> {
 /// ([`DecodingContext::watch_invalidation`]); `None` for other causes, or when its WAL is
 /// gone or no record read invalidates it.
 fn invalidating_record(slot: &SlotCopy) -> Option<(Lsn, String)> {
+    if !decoding_possible() {
+        return None;
+    }
     let input = for_slot_copy(slot.clone(), false);
     let mut ctx =
         DecodingContext::try_start_tolerant(input, unsafe { pg_sys::CurrentMemoryContext })?;

@@ -24,7 +24,7 @@
 use pgrx::prelude::*;
 use snapbuild_core::replication::converged::{join_key, Join};
 use snapbuild_core::replication::decode::RecordKind;
-use snapbuild_core::replication::shared_replays::Entry;
+use snapbuild_core::replication::shared_replays::{Entry, Held};
 use snapbuild_core::{Lsn, Replay};
 
 use crate::adapter::slots::SlotCopy;
@@ -32,19 +32,31 @@ use crate::adapter::wal::{self, LeanHead, WalReader};
 use crate::context::decoding::{feed_head, restore_snapshot, resume_at};
 use crate::context::input::for_slot_copy;
 
-/// What identifies a slot's decoder: its restart_lsn, whether it is being created, and
-/// the initial xmin horizon while it is. Another key is another decoder: its replay
-/// starts afresh.
+/// Everything a slot's replay depends on besides the WAL. Another key is another
+/// decoder: its replay starts afresh (or is carried over when only the start moved).
 pub use snapbuild_core::replication::shared_replays::ReplayKey;
 
-/// The key of `slot`'s decoder now.
+/// The key of `slot`'s decoder now: AllocateSnapshotBuilder's parameters as
+/// [`crate::context::input::params_for_slot`] derives them, the slot's database, plugin
+/// and two-phase settings.
 pub fn key_of(slot: &SlotCopy) -> ReplayKey {
-    let creating = slot.in_creation();
-    (
-        slot.restart_lsn,
-        creating,
-        if creating { slot.catalog_xmin } else { 0 },
-    )
+    let p = crate::context::input::params_for_slot(slot);
+    ReplayKey {
+        restart_lsn: slot.restart_lsn,
+        in_creation: p.in_slot_creation,
+        initial_xmin_horizon: p.initial_xmin_horizon,
+        database: slot.datoid,
+        plugin: slot.plugin.clone(),
+        two_phase: slot.two_phase,
+        two_phase_at: p.two_phase_at.0,
+        start_decoding_at: p.start_decoding_at.0,
+    }
+}
+
+/// Now, as PostgreSQL's timestamps (microseconds since 2000-01-01): when a slot's key
+/// was read, the same clock in every process.
+pub fn now() -> i64 {
+    unsafe { pg_sys::GetCurrentTimestamp() }
 }
 
 /// One slot's replay in a group. Serialized whole (JSON) into the shared area
@@ -53,6 +65,8 @@ pub fn key_of(slot: &SlotCopy) -> ReplayKey {
 pub struct Member {
     pub name: String,
     pub key: ReplayKey,
+    /// When the slot was last read with this key ([`now`]).
+    pub observed_at: i64,
     pub replay: Replay,
     /// The end of the last record it took ([`Member::start`] before any): it takes
     /// records that start at or after it.
@@ -72,9 +86,9 @@ pub struct Member {
 }
 
 impl Member {
-    /// Where the replay started: the slot's restart_lsn (its key's first part).
+    /// Where the replay started: the slot's restart_lsn.
     pub fn start(&self) -> Lsn {
-        Lsn(self.key.0)
+        Lsn(self.key.restart_lsn)
     }
 
     /// The position a reader serving this replay must start at ([`resume_at`]).
@@ -171,17 +185,22 @@ impl ReplayGroup {
         self.members.iter().find(|m| m.name == name)
     }
 
-    /// Takes, of the shared area's `entries`, each replay that is further along than the
-    /// one this group keeps for the same slot and decoder, or for a slot it keeps none
-    /// of (or one of another decoder: the area's may be the newer; [`ReplayGroup::ensure`]
-    /// starts afresh if neither is the slot's decoder now). An entry that does not
-    /// deserialize is passed over.
+    /// Takes, of the shared area's `entries`, each replay that is newer than the one this
+    /// group keeps for the same slot: further along with the same key, or of another key
+    /// read from the slot later; and each for a slot it keeps none of.
+    /// ([`ReplayGroup::ensure`] then starts afresh if the one kept is not the slot's
+    /// decoder now.) An entry that does not deserialize is passed over.
     pub fn adopt(&mut self, entries: Vec<Entry>) {
         for e in entries {
             let local = self.members.iter().position(|m| m.name == e.name);
             if let Some(m) = local.map(|i| &mut self.members[i]) {
-                if m.key == e.key && m.last_end.0 >= e.last_end {
-                    if m.last_end.0 == e.last_end {
+                let newer = if m.key == e.key {
+                    e.last_end > m.last_end.0
+                } else {
+                    e.observed_at > m.observed_at
+                };
+                if !newer {
+                    if m.key == e.key && m.last_end.0 == e.last_end {
                         m.shared_end = m.last_end;
                     }
                     continue;
@@ -193,6 +212,7 @@ impl ReplayGroup {
             if m.name != e.name || m.key != e.key || m.last_end.0 != e.last_end {
                 continue;
             }
+            m.observed_at = m.observed_at.max(e.observed_at);
             m.shared_end = m.last_end;
             match local {
                 Some(i) => self.members[i] = m,
@@ -202,31 +222,17 @@ impl ReplayGroup {
     }
 
     /// The replays that went further than the shared area holds them, as its entries.
+    ///
+    /// Errors: `out_of_memory` (53200) when a replay's serialized form cannot be
+    /// allocated.
     pub fn export(&self) -> Vec<Entry> {
-        self.members
-            .iter()
-            .filter(|m| m.shared_end.0 == 0 || m.last_end > m.shared_end)
-            .filter_map(|m| {
-                Some(Entry {
-                    name: m.name.clone(),
-                    key: m.key,
-                    last_end: m.last_end.0,
-                    state: serde_json::to_vec(m).ok()?,
-                })
-            })
-            .collect()
+        export(self.members.iter())
     }
 
-    /// Notes that the shared area now holds the replays of the slots `held` as they
-    /// stand.
-    pub fn mark_shared(&mut self, held: &[String]) {
-        for m in &mut self.members {
-            m.shared_end = if held.contains(&m.name) {
-                m.last_end
-            } else {
-                Lsn(0)
-            };
-        }
+    /// Notes which replays the shared area now holds (`held`: what it holds) as they
+    /// stand, or further.
+    pub fn mark_shared(&mut self, held: &[Held]) {
+        mark_shared(self.members.iter_mut(), held);
     }
 
     /// Forgets the replays of slots not in `live`.
@@ -245,14 +251,26 @@ impl ReplayGroup {
     ///
     /// Errors: as [`for_slot_copy`] (`0A000` when logical decoding is not possible here,
     /// `55000` for a slot that is not logical or has no restart_lsn).
-    pub fn ensure(&mut self, slot: &SlotCopy) -> bool {
+    pub fn ensure(&mut self, slot: &SlotCopy, observed_at: i64) -> bool {
         let key = key_of(slot);
-        if self
-            .members
-            .iter()
-            .any(|m| m.name == slot.name && m.key == key)
-        {
-            return true;
+        if let Some(m) = self.members.iter_mut().find(|m| m.name == slot.name) {
+            if m.key == key {
+                m.observed_at = observed_at;
+                return true;
+            }
+            // Only the consumer's position moved: the replay goes on when nothing it did
+            // depended on the old start.
+            if m.key.same_but_later_start(&key)
+                && m.replay.move_start_decoding_at(
+                    Lsn(m.key.start_decoding_at),
+                    Lsn(key.start_decoding_at),
+                )
+            {
+                m.key = key;
+                m.observed_at = observed_at;
+                m.shared_end = Lsn(0);
+                return true;
+            }
         }
         self.forget(&slot.name);
         let input = for_slot_copy(slot.clone(), false);
@@ -265,6 +283,7 @@ impl ReplayGroup {
         self.members.push(Member {
             name: slot.name.clone(),
             key,
+            observed_at,
             replay,
             last_end: input.start,
             records: 0,
@@ -285,9 +304,14 @@ impl ReplayGroup {
     /// a `.snap` file the replay finds broken stops that slot's replay only. Checks for
     /// interrupts as it reads.
     ///
+    /// With `share`, the replays' progress is stored in the shared area every
+    /// [`SAVE_EVERY`] while the read lasts (and by the caller at its end), so that a read
+    /// cancelled or ended on the way (a terminate, a recovery conflict, a statement
+    /// timeout) is resumed from there by the next one.
+    ///
     /// Errors: `internal_error` for WAL that cannot be read (a broken record),
     /// `data_corrupted` for a malformed record body, as the trace raises them.
-    pub fn advance(&mut self, wanted: impl Fn(&str) -> bool) -> Vec<(String, u64)> {
+    pub fn advance(&mut self, wanted: impl Fn(&str) -> bool, share: bool) -> Vec<(String, u64)> {
         // Segments before a slot's restart_lsn may go while its replay is kept (the slot
         // was invalidated meanwhile): a replay whose next record is gone is forgotten
         // (its slot then has no replay), the others are fed.
@@ -299,7 +323,7 @@ impl ReplayGroup {
         let before: Vec<Lsn> = fed.iter().map(|&i| self.members[i].last_end).collect();
         let from = fed.iter().map(|&i| self.members[i].read_from()).min();
         if let Some(from) = from.filter(|f| wal::flush_lsn() > *f) {
-            self.read_from(from, &fed);
+            self.feed_from(from, &fed, share);
         }
         fed.iter()
             .zip(before)
@@ -312,7 +336,7 @@ impl ReplayGroup {
 
     /// The record loop of [`ReplayGroup::advance`]: one reader from `from`, in a memory
     /// context of its own that is deleted when the loop ends.
-    fn read_from(&mut self, from: Lsn, fed: &[usize]) {
+    fn feed_from(&mut self, from: Lsn, fed: &[usize], share: bool) {
         let mcx = unsafe {
             pg_sys::AllocSetContextCreateExtended(
                 pg_sys::CurrentMemoryContext,
@@ -348,21 +372,32 @@ impl ReplayGroup {
         };
         let mut fed_now = untied(&ties);
         let fed = &mut fed_now;
+        // Records taken (heads fed in batches, and whole records), and the pace kept
+        // between them: interrupts, the progress saved, the developer's delay.
         let mut n: u64 = 0;
+        let mut pace = Pace::new(share);
         loop {
             // Records that need only their head, as the reader reads them.
             while let Some(h) = reader.peek_lean() {
                 reader.skip_lean();
                 feed_head_to_all(members, fed, &h);
+                n += 1;
             }
             if reader.feeding_is_due() {
                 reader.batch_bound = Lsn(u64::MAX);
                 pgrx::check_for_interrupts!();
                 unsafe {
                     pgrx::PgMemoryContexts::For(mcx).switch_to(|_| {
-                        reader.read_batch_feeding(|h| feed_head_to_all(members, fed, h))
+                        reader.read_batch_feeding(|h| {
+                            n += 1;
+                            feed_head_to_all(members, fed, h);
+                            // A pause every 4096 records, for the pace.
+                            !n.is_multiple_of(4096)
+                        })
                     });
                 }
+                // Between two records: every replay is whole here.
+                pace.between_records(n, members, fed);
                 if reader.peek_lean().is_some() {
                     continue;
                 }
@@ -372,10 +407,10 @@ impl ReplayGroup {
             if !more {
                 break;
             }
+            // The record just read is not fed yet: the replays are as far as the one
+            // before it.
+            pace.between_records(n, members, fed);
             n += 1;
-            if n.is_multiple_of(1024) {
-                pgrx::check_for_interrupts!();
-            }
             let rec = &reader.rec;
             for &i in fed.iter() {
                 let m = &mut members[i];
@@ -416,6 +451,151 @@ impl ReplayGroup {
                 "pg_snapbuild: {followers} of {} slot replays followed another's for part of the WAL read",
                 fed.len() + followers
             );
+        }
+    }
+}
+
+/// `pg_snapbuild.debug_read_delay`: a developer setting (hidden): a pause, in
+/// milliseconds, after every 1024 records a group read takes, to make a read long in
+/// tests (0: none).
+static DEBUG_READ_DELAY: pgrx::GucSetting<i32> = pgrx::GucSetting::<i32>::new(0);
+
+/// Registers this module's settings (from `_PG_init`).
+pub fn define_gucs() {
+    pgrx::GucRegistry::define_int_guc(
+        c"pg_snapbuild.debug_read_delay",
+        c"Developer setting: pause after every 1024 records the slots' replays read (ms).",
+        c"For tests of what happens during a long read (a terminate, a recovery conflict).",
+        &DEBUG_READ_DELAY,
+        0,
+        60_000,
+        pgrx::GucContext::Suset,
+        pgrx::GucFlags::NO_SHOW_ALL | pgrx::GucFlags::UNIT_MS,
+    );
+}
+
+/// The pause of `pg_snapbuild.debug_read_delay`, on the latch: a cancel or a terminate
+/// ends it at once.
+fn debug_delay() {
+    let ms = DEBUG_READ_DELAY.get();
+    if ms > 0 {
+        unsafe {
+            pg_sys::WaitLatch(
+                pg_sys::MyLatch,
+                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+                ms.into(),
+                pg_sys::PG_WAIT_EXTENSION,
+            );
+            pg_sys::ResetLatch(pg_sys::MyLatch);
+        }
+        pgrx::check_for_interrupts!();
+    }
+}
+
+/// What a group read does between records as it goes: checks for interrupts (every 1024
+/// records), stores the progress of the replays fed on their own in the shared area
+/// (every [`SAVE_EVERY`], when sharing), takes a reload in a background worker, and
+/// waits `pg_snapbuild.debug_read_delay` per 1024 records.
+struct Pace {
+    share: bool,
+    /// Records taken when it last acted, in blocks of 1024.
+    block: u64,
+    last_save: std::time::Instant,
+}
+
+impl Pace {
+    fn new(share: bool) -> Pace {
+        Pace {
+            share,
+            block: 0,
+            last_save: std::time::Instant::now(),
+        }
+    }
+
+    /// After `n` records in all; every replay in `fed` is whole (no record half fed).
+    fn between_records(&mut self, n: u64, members: &mut [Member], fed: &[usize]) {
+        let block = n / 1024;
+        if block == self.block {
+            return;
+        }
+        for _ in self.block..block {
+            debug_delay();
+        }
+        self.block = block;
+        pgrx::check_for_interrupts!();
+        // A background worker (the watcher) takes a reload at once, as autovacuum's
+        // workers do in their delay points: a long read does not keep old settings.
+        unsafe {
+            if !pg_sys::MyBgworkerEntry.is_null() && pg_sys::ConfigReloadPending != 0 {
+                pg_sys::ConfigReloadPending = 0;
+                pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP);
+            }
+        }
+        if self.share && self.last_save.elapsed() >= SAVE_EVERY {
+            // The followers keep what the area holds of them.
+            save_progress(members, fed);
+            self.last_save = std::time::Instant::now();
+        }
+    }
+}
+
+/// How often a long read stores the replays' progress in the shared area.
+pub const SAVE_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The members that went further than the shared area holds them, as its entries.
+///
+/// Errors: `out_of_memory` (53200) when a replay's serialized form cannot be allocated.
+fn export<'a>(members: impl Iterator<Item = &'a Member>) -> Vec<Entry> {
+    members
+        .filter(|m| m.shared_end.0 == 0 || m.last_end > m.shared_end)
+        .filter_map(|m| {
+            let state = match snapbuild_core::replication::shared_replays::to_json(m) {
+                Ok(state) => state,
+                Err(snapbuild_core::replication::shared_replays::JsonError::OutOfMemory) => {
+                    crate::adapter::raise(
+                        PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+                        format!(
+                            "out of memory while serializing the replay of slot \"{}\"",
+                            m.name
+                        ),
+                    )
+                }
+                Err(_) => return None,
+            };
+            Some(Entry {
+                name: m.name.clone(),
+                key: m.key.clone(),
+                observed_at: m.observed_at,
+                last_end: m.last_end.0,
+                state,
+            })
+        })
+        .collect()
+}
+
+/// Notes which of `members` the shared area now holds (`held`: what it holds) as they
+/// stand, or further.
+fn mark_shared<'a>(members: impl Iterator<Item = &'a mut Member>, held: &[Held]) {
+    for m in members {
+        m.shared_end = if held.iter().any(|h| h.covers(&m.name, &m.key, m.last_end.0)) {
+            m.last_end
+        } else {
+            Lsn(0)
+        };
+    }
+}
+
+/// Stores the progress of the replays `fed` in the shared area in the middle of a read.
+fn save_progress(members: &mut [Member], fed: &[usize]) {
+    let entries = export(fed.iter().map(|&i| &members[i]));
+    if entries.is_empty() {
+        return;
+    }
+    let held = crate::adapter::shared_state::store(&entries, None);
+    for &i in fed {
+        let m = &mut members[i];
+        if held.iter().any(|h| h.covers(&m.name, &m.key, m.last_end.0)) {
+            m.shared_end = m.last_end;
         }
     }
 }

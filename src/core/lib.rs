@@ -37,6 +37,7 @@ pub mod storage;
 pub use include::snapbuild::SnapBuildState;
 pub use include::snapshot::HistoricSnapshot;
 pub use include::standbydefs::RunningXacts;
+pub use include::timestamp::timestamp_from_unix_ms;
 pub use include::transam::TransactionId;
 pub use include::version::PgVersion;
 pub use include::xlogdefs::Lsn;

@@ -12,8 +12,12 @@
 //! Durations are counted from the first look that saw the condition (the watcher does not
 //! know when it began before that), so a line says "at least". A slot that is gone, a
 //! creation that ended, or a hold that moved to another xid is forgotten.
-
-use std::collections::HashMap;
+//!
+//! What the watcher has seen outlives the process: it is encoded ([`Watch::encode`],
+//! bounded, the oldest conditions left out first) into shared memory after every look and
+//! read back ([`Watch::decode`]) when the postmaster starts the watcher again, so that a
+//! terminate or an ERROR neither restarts the count nor repeats a line. Times are
+//! PostgreSQL timestamps (microseconds since 2000-01-01), the same in every process.
 
 use super::{Finding, FindingKind};
 use crate::TransactionId;
@@ -38,20 +42,43 @@ pub struct LogLine {
     pub hint: Option<String>,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Seen {
-    first: i64,
-    logged: Option<i64>,
+/// Since when a condition has been seen, and when a line about it was last written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Seen {
+    pub first: i64,
+    pub logged: Option<i64>,
+}
+
+/// A creation seen waiting: the slot and the pid creating it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SeenCreation {
+    pub slot: String,
+    pub pid: Option<i32>,
+    pub seen: Seen,
+}
+
+/// A position seen held: the slot, which position (`restart_lsn held` or `catalog_xmin
+/// held`) and the holding xid.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SeenHold {
+    pub slot: String,
+    pub restart_lsn: bool,
+    pub xid: TransactionId,
+    pub seen: Seen,
 }
 
 /// What the watcher remembers between looks: since when it has seen each creation wait
-/// (per slot and creating pid) and each hold (per slot, kind and xid), and when it last
-/// wrote about it.
-#[derive(Debug, Default)]
+/// (per slot and creating pid) and each hold (per slot, position and xid), when it last
+/// wrote about it, and the notes it wrote once (e.g. that this node cannot decode).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Watch {
-    creations: HashMap<(String, Option<i32>), Seen>,
-    holds: HashMap<(String, FindingKind, TransactionId), Seen>,
+    creations: Vec<SeenCreation>,
+    holds: Vec<SeenHold>,
+    notes: Vec<String>,
 }
+
+/// The tag before an encoded [`Watch`]: its layout's version.
+const ENCODED_TAG: &[u8] = b"pg_snapbuild watch 1\n";
 
 /// The findings that name what a creation waits for.
 fn is_creation_blocker(k: FindingKind) -> bool {
@@ -84,6 +111,64 @@ fn remedies<'a>(findings: impl Iterator<Item = &'a Finding>) -> Option<String> {
 }
 
 impl Watch {
+    /// Whether note `key` is new: true the first time (then it is remembered), false
+    /// after. For lines written once per server start (a watcher started again does not
+    /// repeat them).
+    pub fn note_once(&mut self, key: &str) -> bool {
+        if self.notes.iter().any(|n| n == key) {
+            return false;
+        }
+        self.notes.push(key.to_string());
+        true
+    }
+
+    /// Forgets note `key` (its condition ended: a later one is written again).
+    pub fn forget_note(&mut self, key: &str) {
+        self.notes.retain(|n| n != key);
+    }
+
+    /// The watch as bytes of at most `max` (for shared memory): the conditions seen
+    /// longest ago are left out first until it fits; empty when not even an empty watch
+    /// fits.
+    pub fn encode(&self, max: usize) -> Vec<u8> {
+        let mut w = self.clone();
+        loop {
+            let mut out = ENCODED_TAG.to_vec();
+            if serde_json::to_writer(&mut out, &w).is_ok() && out.len() <= max {
+                return out;
+            }
+            // The oldest condition goes first.
+            let oldest_c = w
+                .creations
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, c)| c.seen.first);
+            let oldest_h = w.holds.iter().enumerate().min_by_key(|(_, h)| h.seen.first);
+            match (oldest_c, oldest_h) {
+                (Some((i, c)), Some((_, h))) if c.seen.first <= h.seen.first => {
+                    w.creations.remove(i);
+                }
+                (_, Some((j, _))) => {
+                    w.holds.remove(j);
+                }
+                (Some((i, _)), None) => {
+                    w.creations.remove(i);
+                }
+                (None, None) if !w.notes.is_empty() => {
+                    w.notes.remove(0);
+                }
+                (None, None) => return Vec::new(),
+            }
+        }
+    }
+
+    /// A watch read back from [`Watch::encode`]'s bytes; `None` for anything else (no
+    /// watch stored yet, another layout, broken bytes).
+    pub fn decode(bytes: &[u8]) -> Option<Watch> {
+        let body = bytes.strip_prefix(ENCODED_TAG)?;
+        serde_json::from_slice(body).ok()
+    }
+
     /// Takes the diagnoses of every logical slot at time `now` (microseconds, any epoch,
     /// never going back) and returns the lines to write now. `slots`: each slot's name, the
     /// pid creating it (None when it is not being created) and its findings
@@ -95,18 +180,22 @@ impl Watch {
         s: &WatchSettings,
     ) -> Vec<LogLine> {
         let mut lines = Vec::new();
-        let mut creations = HashMap::new();
-        let mut holds = HashMap::new();
+        let mut creations = Vec::new();
+        let mut holds = Vec::new();
         for (name, creator, findings) in slots {
             let creating = findings
                 .iter()
                 .find(|f| f.kind == Some(FindingKind::CreationWaiting));
             if let Some(c) = creating {
-                let key = (name.clone(), *creator);
-                let mut seen = self.creations.get(&key).copied().unwrap_or(Seen {
-                    first: now,
-                    logged: None,
-                });
+                let mut seen = self
+                    .creations
+                    .iter()
+                    .find(|c| c.slot == *name && c.pid == *creator)
+                    .map(|c| c.seen)
+                    .unwrap_or(Seen {
+                        first: now,
+                        logged: None,
+                    });
                 let waited = now - seen.first;
                 let due = seen.logged.is_none_or(|l| now - l >= s.repeat_every);
                 if s.log_waits_after > 0 && waited >= s.log_waits_after && due {
@@ -130,7 +219,11 @@ impl Watch {
                     });
                     seen.logged = Some(now);
                 }
-                creations.insert(key, seen);
+                creations.push(SeenCreation {
+                    slot: name.clone(),
+                    pid: *creator,
+                    seen,
+                });
             }
             for f in findings {
                 let (
@@ -140,11 +233,16 @@ impl Watch {
                 else {
                     continue;
                 };
-                let key = (name.clone(), kind, x);
-                let mut seen = self.holds.get(&key).copied().unwrap_or(Seen {
-                    first: now,
-                    logged: None,
-                });
+                let restart_lsn = kind == FindingKind::RestartLsnHeld;
+                let mut seen = self
+                    .holds
+                    .iter()
+                    .find(|h| h.slot == *name && h.restart_lsn == restart_lsn && h.xid == x)
+                    .map(|h| h.seen)
+                    .unwrap_or(Seen {
+                        first: now,
+                        logged: None,
+                    });
                 let held = now - seen.first;
                 if s.log_holds_after > 0 && held >= s.log_holds_after && seen.logged.is_none() {
                     let what = if kind == FindingKind::RestartLsnHeld {
@@ -172,7 +270,12 @@ impl Watch {
                     });
                     seen.logged = Some(now);
                 }
-                holds.insert(key, seen);
+                holds.push(SeenHold {
+                    slot: name.clone(),
+                    restart_lsn,
+                    xid: x,
+                    seen,
+                });
             }
         }
         self.creations = creations;
@@ -264,6 +367,39 @@ mod tests {
         assert!(w.observe(12 * S, &[creating(8)], &s).is_empty());
         assert!(w.observe(21 * S, &[creating(8)], &s).is_empty());
         assert_eq!(w.observe(22 * S, &[creating(8)], &s).len(), 1);
+    }
+
+    #[test]
+    fn what_was_seen_survives_encoding_and_the_oldest_goes_first_when_short() {
+        let mut w = Watch::default();
+        let s = settings();
+        let held = |slot: &str, x: u32| {
+            (
+                slot.to_string(),
+                None,
+                vec![finding(FindingKind::RestartLsnHeld, "held", Some(x), None)],
+            )
+        };
+        w.observe(0, &[held("a", 5)], &s);
+        w.observe(10 * S, &[held("a", 5), held("b", 6), creating(7)], &s);
+        assert!(w.note_once("no decoding"));
+        let bytes = w.encode(1 << 16);
+        let mut back = Watch::decode(&bytes).unwrap();
+        assert_eq!(back, w);
+        assert!(!back.note_once("no decoding"));
+        // A watcher started again goes on counting from the first look: the hold of "a"
+        // is due at 60 s, not 60 s after the restart.
+        let l = back.observe(60 * S, &[held("a", 5), held("b", 6)], &s);
+        assert_eq!(l.len(), 1);
+        assert!(l[0].message.contains("\"a\"") && l[0].message.ends_with("at least 60 s"));
+        // Too little room: "a" (seen first) is left out, then everything else.
+        let all = w.encode(1 << 16).len();
+        let short = Watch::decode(&w.encode(all - 1)).unwrap();
+        assert!(short.holds.iter().all(|h| h.slot != "a"));
+        assert_eq!(short.holds.len() + short.creations.len(), 2);
+        assert!(w.encode(3).is_empty());
+        assert_eq!(Watch::decode(b"garbage"), None);
+        assert_eq!(Watch::decode(&[]), None);
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod server_lookups;
 pub mod snapbuild;
 pub mod snapshot;
 pub mod standbydefs;
+pub mod timestamp;
 pub mod transam;
 pub mod version;
 pub mod xact;

@@ -748,6 +748,14 @@ impl ReorderModel {
             .collect()
     }
 
+    /// Whether a transaction held was prepared (its PREPARE read by a two-phase
+    /// decoder, ReorderBufferRememberPrepareInfo) at an LSN in `[from, to)`.
+    pub fn prepared_between(&self, from: Lsn, to: Lsn) -> bool {
+        self.txns
+            .values()
+            .any(|t| t.prepare_lsn.is_some_and(|l| l >= from && l < to))
+    }
+
     /// Every transaction held, top-level and subtransactions, in no particular order.
     pub fn xids(&self) -> Vec<TransactionId> {
         self.txns.keys().copied().collect()
