@@ -249,7 +249,7 @@ pub extern "C-unwind" fn pg_snapbuild_watcher_main(_arg: pg_sys::Datum) {
             look(&mut watch, &s, looks);
             None
         }))
-        .catch_others(|e| Some(e))
+        .catch_others(Some)
         .execute();
         set_activity(c"");
         match outcome {

@@ -130,13 +130,17 @@ pub struct Judged {
     pub creator: Option<i32>,
 }
 
+/// An invalidated slot (its name, restart_lsn and invalidation cause) and the record
+/// that invalidated it, if one was found.
+type Invalidated = ((String, u64, String), Option<(Lsn, String)>);
+
 thread_local! {
     /// The replays this backend keeps between calls (`snapbuild_diagnose`,
     /// `snapbuild_slot_health`, the watcher's looks).
     static GROUP: std::cell::RefCell<ReplayGroup> = std::cell::RefCell::new(ReplayGroup::default());
-    /// The invalidating record found for each invalidated slot, by (slot, restart_lsn,
-    /// invalidation cause): found once, not at every call.
-    static INVALIDATED: std::cell::RefCell<Vec<((String, u64, String), Option<(Lsn, String)>)>> =
+    /// The invalidating record found for each invalidated slot: found once, not at every
+    /// call.
+    static INVALIDATED: std::cell::RefCell<Vec<Invalidated>> =
         const { std::cell::RefCell::new(Vec::new()) };
     /// The server log as far as this backend read it, and each slot's last
     /// `could not synchronize replication slot` line met so far.
@@ -357,7 +361,7 @@ fn last_sync_skip(slot: &str) -> Option<SyncSkip> {
                 }
             }
         }
-        last.iter().find(|(n, _)| n == slot).map(|(_, s)| s.clone())
+        last.iter().find(|(n, _)| n == slot).map(|(_, s)| *s)
     })
 }
 
