@@ -296,6 +296,7 @@ fn in_transaction<R>(snapshot: bool, f: impl FnOnce() -> R) -> R {
 /// One look: diagnoses every logical slot and writes the lines [`Watch::observe`] asks
 /// for (look number `n`).
 fn look(watch: &mut Watch, s: &WatchSettings, n: u64) {
+    let t0 = std::time::Instant::now();
     let mut j = in_transaction(true, || {
         set_activity(c"reading the logical slots' facts");
         let slots: Vec<_> = crate::adapter::slots::copy_slots()
@@ -314,6 +315,7 @@ fn look(watch: &mut Watch, s: &WatchSettings, n: u64) {
             v.major
         );
     }
+    let t1 = std::time::Instant::now();
     in_transaction(false, || {
         set_activity(c"reading WAL for the logical slots' replays");
         judging::read_wal(&mut j);
@@ -327,6 +329,8 @@ fn look(watch: &mut Watch, s: &WatchSettings, n: u64) {
             );
         }
     });
+    let t2 = std::time::Instant::now();
+    let (slots, bytes) = (j.slots(), j.bytes_read());
     let lines = in_transaction(true, || {
         set_activity(c"judging the logical slots");
         let observed: Vec<_> = judging::finish(j, snapbuild_core::diagnose::diagnose)
@@ -335,6 +339,15 @@ fn look(watch: &mut Watch, s: &WatchSettings, n: u64) {
             .collect();
         watch.observe(crate::context::group::now(), &observed, s)
     });
+    let t3 = std::time::Instant::now();
+    let ms = |a: std::time::Instant, b: std::time::Instant| (b - a).as_secs_f64() * 1000.0;
+    pgrx::debug1!(
+        "pg_snapbuild watcher: look {n}: {slots} slots in {:.1} ms (catalogs {:.1} ms, WAL {:.1} ms for {bytes} bytes, judging {:.1} ms)",
+        ms(t0, t3),
+        ms(t0, t1),
+        ms(t1, t2),
+        ms(t2, t3)
+    );
     for l in lines {
         write_line(l);
     }

@@ -165,6 +165,18 @@ pub struct Judging {
     held: Vec<Held>,
 }
 
+impl Judging {
+    /// How many slots are judged.
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// WAL bytes read: what the replay that took the most took.
+    pub fn bytes_read(&self) -> u64 {
+        self.read.iter().map(|(_, b)| *b).max().unwrap_or(0)
+    }
+}
+
 /// Whether this node can run a logical decoder: not a standby of PostgreSQL 14 or 15.
 pub fn decoding_possible() -> bool {
     server_version().major >= 16 || !wal::in_recovery()
