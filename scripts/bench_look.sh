@@ -5,9 +5,11 @@
 # standby, synchronized_standby_slots on the primary naming the standby's physical slot), both
 # with pg_snapbuild in shared_preload_libraries. The standby's watcher sees:
 #   5 temporary synced copies  failover slots of the primary (failover => true) that the slot
-#                              sync worker copies but keeps temporary: a prepared transaction
-#                              on the primary stays open, so the local copy cannot reach a
-#                              consistent point at the remote slot's position;
+#                              sync worker copies but keeps temporary: made before the
+#                              ordinary slots below and followed by a transaction, their
+#                              catalog_xmin is older than the standby's horizon, and nobody
+#                              consumes them (a prepared transaction on the primary stays
+#                              open too, as in scripts/troubleshooting.sh incident 8);
 #   3 invalidated slots        logical slots created on the standby (each creation waits for a
 #                              RUNNING_XACTS: the script logs them with pg_log_standby_snapshot()
 #                              on the primary), then invalidated (wal_removed) by the
@@ -20,7 +22,7 @@
 # log_holds_after = 1h, log_waits_after = 0) and, with log_min_messages = debug1, logs each look
 # as "pg_snapbuild watcher: look N: S slots in T ms (catalogs A ms, WAL B ms for X bytes,
 # judging C ms)". The first look (cold: it replays the backlog, every slot from its
-# restart_lsn) runs on an idle primary; then pgbench's simple-update script (-N) runs on the
+# restart_lsn; small here, the slots are new) runs on an idle primary; then pgbench's simple-update script (-N) runs on the
 # primary at a fixed rate (-R) for PGSNAP_BENCH_SECONDS, and the looks in that time (warm: each
 # reads only the WAL written since the last) are counted. Reports the cold look's figures and,
 # over the warm looks, the count, median, p90 and max of the total and of each part (catalogs,
@@ -172,7 +174,8 @@ looks() { # PORT on|off
 stop_server "$SDATA" # an earlier run's standby
 bench_copy_tree
 as_pg rm -rf "$SDATA" "$SSOCK"
-rm -f "$W"/create-*.log "$W/result.json" "$W/looks-standby.log" "$W/looks-primary.log"
+# pg_ctl -l appends: an earlier run's lines would be counted
+rm -f "$LOG" "$SLOG" "$W"/create-*.log "$W"/looks-*.log "$W"/watcher-problems-*.log "$W/result.json"
 
 # The watcher sleeps during the setup (log_waits_after = 0 and log_holds_after = 0). No
 # autovacuum and no timed checkpoint: nothing but the script writes WAL.
@@ -254,22 +257,30 @@ qs "SELECT pg_reload_conf()" >/dev/null
 wait_for "max_slot_wal_keep_size to reset on the standby" "$SPORT" \
     "SELECT current_setting('max_slot_wal_keep_size') = '-1'"
 
-# 2. the ordinary slots: before the prepared transaction below, which a creation would wait for
-say "standby: $N_PLAIN ordinary logical slots"
-# shellcheck disable=SC2086
-create_on_standby $(seq -f 'plain_%g' 1 $N_PLAIN)
-
-# 3. the temporary synced copies (scripts/troubleshooting.sh, incident 8)
-say "primary: $N_SYNCED failover slots; a prepared transaction; standby: sync_replication_slots = on"
+# 2. the failover slots on the primary, and a transaction after them: their catalog_xmin is
+# older than any xid the standby's ordinary slots (next) will hold. The slot sync worker gives
+# a new copy the standby's oldest safe catalog_xmin (the least of its slots' and its next xid);
+# while the remote slot's catalog_xmin is older than that, the copy stays temporary
+# (scripts/troubleshooting.sh, incident 8). Ordinary slots made before the failover slots would
+# hold the standby's horizon at or below theirs, and the copies would be persisted at once.
+say "primary: $N_SYNCED failover slots"
 for i in $(seq 1 $N_SYNCED); do
     q "SELECT pg_create_logical_replication_slot('synced_$i', 'test_decoding', failover => true)" >/dev/null
 done
 q "ALTER SYSTEM SET synchronized_standby_slots = '$PHYS'" >/dev/null
 q "SELECT pg_reload_conf()" >/dev/null
+q "INSERT INTO bench_look_hold VALUES (1)" >/dev/null
+
+# 3. the ordinary slots: before the prepared transaction below, which a creation would wait for
+say "standby: $N_PLAIN ordinary logical slots"
+# shellcheck disable=SC2086
+create_on_standby $(seq -f 'plain_%g' 1 $N_PLAIN)
+
+# 4. the temporary synced copies
+say "primary: a prepared transaction; standby: sync_replication_slots = on"
 # a transaction left open past the failover slots' position (prepared: it needs no session):
-# the standby's copies cannot reach a consistent point at the remote slots' position and stay
-# temporary while it is open
-q "BEGIN; INSERT INTO bench_look_hold VALUES (1); PREPARE TRANSACTION 'bench_look_hold'" >/dev/null
+# it keeps the remote slots behind the standby's horizon while nobody consumes them
+q "BEGIN; INSERT INTO bench_look_hold VALUES (2); PREPARE TRANSACTION 'bench_look_hold'" >/dev/null
 wait_replayed
 qs "ALTER SYSTEM SET sync_replication_slots = on" >/dev/null
 qs "SELECT pg_reload_conf()" >/dev/null
