@@ -28,7 +28,7 @@ pub const MAPPINGS_DIR: &str = "pg_logical/mappings";
 
 /// One tuple with both verdicts.
 #[derive(Clone, Debug)]
-pub struct Judged {
+pub struct JudgedTuple {
     pub block: u32,
     pub offset: u16,
     pub lp_len: u16,
@@ -47,7 +47,7 @@ pub struct Judged {
 pub struct Scan {
     pub rel_name: String,
     pub blocks: u32,
-    pub tuples: Vec<Judged>,
+    pub tuples: Vec<JudgedTuple>,
     /// Rewrite mapping files applied to the tuple-cid map (UpdateLogicalMappings).
     pub applied_mapping_files: Vec<String>,
 }
@@ -453,7 +453,7 @@ pub fn judge_relation(
                         .has_multi_updater()
                         .then(|| lookups.update_xid(it.header.raw_xmax, it.header.infomask))
                 });
-                out.push(Judged {
+                out.push(JudgedTuple {
                     block,
                     offset: it.item.offnum,
                     lp_len: it.item.len,

@@ -410,7 +410,7 @@ fn json_array(
     let mut out = String::from("[");
     let mut n = 0u64;
     for t in rows {
-        // Through a Value, as before: its object keys come out in the same (sorted) order.
+        // Through a Value: its object keys come out in one (sorted) order.
         let text = serde_json::to_value(&t)
             .and_then(|v| serde_json::to_string(&v))
             .unwrap_or_else(|e| {
