@@ -578,7 +578,7 @@ pub fn frame_record(rmid: u8, info: u8, xid: u32, top_xid: u32, data: &[u8]) -> 
     v
 }
 
-/// The payload the adapter (src/adapter/wal.rs WalReader::next_record) builds for a
+/// The payload the adapter (src/adapter/wal/reader.rs WalReader::next_record) builds for a
 /// record, through the same core parsers; `None` where the adapter raises an ERROR.
 fn payload(
     version: PgVersion,

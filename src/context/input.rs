@@ -1,12 +1,14 @@
 //! What a replay runs over: the slot or LSN range, AllocateSnapshotBuilder's parameters
-//! and the server facts the verdicts compare with. Arguments are validated here, once.
+//! and the server facts the verdicts compare with. Arguments are validated here, once,
+//! after logical.c's CheckLogicalDecodingRequirements rule on recovery
+//! ([`check_decoding_possible`]).
 
 use pgrx::prelude::*;
 use snapbuild_core::replication::decode::TwoPhaseDecoding;
 use snapbuild_core::{BuilderParams, Lsn};
 
 use crate::adapter::slots::{find_slot, SlotCopy};
-use crate::adapter::wal::flush_lsn;
+use crate::adapter::wal::{flush_lsn, in_recovery};
 use crate::adapter::{raise, server_version};
 
 /// What to replay and against which server facts.
@@ -63,7 +65,7 @@ pub fn for_slot(slot_name: &str, all_records: bool) -> ReplayInput {
 /// restart_lsn; `feature_not_supported` (0A000) on a standby of PostgreSQL 14 or 15 (no
 /// decoding in recovery there).
 pub fn for_slot_copy(slot: SlotCopy, all_records: bool) -> ReplayInput {
-    crate::adapter::wal::check_decoding_possible("replaying a slot");
+    check_decoding_possible("replaying a slot");
     if !slot.logical {
         raise(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -180,6 +182,25 @@ pub fn validate_input_lsns(start: Option<u64>, end: Option<u64>) -> (Lsn, Option
     (Lsn(start), end.map(Lsn))
 }
 
+/// ERROR `feature_not_supported` (0A000, the SQLSTATE logical.c
+/// CheckLogicalDecodingRequirements raises for "logical decoding cannot be used while in
+/// recovery" before 16) on a standby of PostgreSQL 14 or 15, which cannot decode in
+/// recovery: a replay there would describe a decoder the server can never run. `what`
+/// names the function's subject.
+pub fn check_decoding_possible(what: &str) {
+    let v = server_version();
+    if v.major < 16 && in_recovery() {
+        crate::adapter::raise_with_detail(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "logical decoding on a standby needs PostgreSQL 16 or later",
+            format!(
+                "This server (PostgreSQL {}) is in recovery; {what} replays a logical decoder, which PostgreSQL {} cannot run on a standby. Run it on the primary.",
+                v.major, v.major
+            ),
+        );
+    }
+}
+
 /// The what-if arguments of `snapbuild_trace_range` (AllocateSnapshotBuilder's
 /// parameters given explicitly; LSNs as raw `XLogRecPtr`, xids as raw 32-bit values).
 pub struct RangeArgs {
@@ -198,7 +219,7 @@ pub struct RangeArgs {
 /// Errors: as [`validate_input_lsns`]; `feature_not_supported` (0A000) on a standby of
 /// PostgreSQL 14 or 15 (no decoding in recovery there).
 pub fn for_range(a: RangeArgs) -> ReplayInput {
-    crate::adapter::wal::check_decoding_possible("snapbuild_trace_range");
+    check_decoding_possible("snapbuild_trace_range");
     let (start, end) = validate_input_lsns(a.start_lsn, a.end_lsn);
     let params = BuilderParams {
         version: server_version(),
