@@ -306,7 +306,7 @@ fn look(watch: &mut Watch, s: &WatchSettings, n: u64) {
         judging::prepare(&slots, true)
     });
     const NO_DECODING: &str = "no logical decoding on this node";
-    if judging::decoding_possible() {
+    if crate::context::input::decoding_possible() {
         watch.forget_note(NO_DECODING);
     } else if watch.note_once(NO_DECODING) {
         let v = crate::adapter::server_version();

@@ -14,7 +14,7 @@ use crate::adapter::server_log::LogCursor;
 use crate::adapter::slots::SlotCopy;
 use crate::adapter::{activity, server_version, shared_state, wal};
 use crate::context::group::ReplayGroup;
-use crate::context::input::for_slot_copy;
+use crate::context::input::{decoding_possible, for_slot_copy};
 use crate::context::DecodingContext;
 use snapbuild_core::replication::shared_replays::Held;
 
@@ -175,11 +175,6 @@ impl Judging {
     pub fn bytes_read(&self) -> u64 {
         self.read.iter().map(|(_, b)| *b).max().unwrap_or(0)
     }
-}
-
-/// Whether this node can run a logical decoder: not a standby of PostgreSQL 14 or 15.
-pub fn decoding_possible() -> bool {
-    server_version().major >= 16 || !wal::in_recovery()
 }
 
 /// The first step: the slots' facts from the catalogs and the shared area's replays.

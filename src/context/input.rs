@@ -182,14 +182,20 @@ pub fn validate_input_lsns(start: Option<u64>, end: Option<u64>) -> (Lsn, Option
     (Lsn(start), end.map(Lsn))
 }
 
+/// Whether this node can run a logical decoder (logical.c CheckLogicalDecodingRequirements
+/// in recovery): not a standby of PostgreSQL 14 or 15.
+pub fn decoding_possible() -> bool {
+    server_version().major >= 16 || !in_recovery()
+}
+
 /// ERROR `feature_not_supported` (0A000, the SQLSTATE logical.c
 /// CheckLogicalDecodingRequirements raises for "logical decoding cannot be used while in
 /// recovery" before 16) on a standby of PostgreSQL 14 or 15, which cannot decode in
 /// recovery: a replay there would describe a decoder the server can never run. `what`
 /// names the function's subject.
 pub fn check_decoding_possible(what: &str) {
-    let v = server_version();
-    if v.major < 16 && in_recovery() {
+    if !decoding_possible() {
+        let v = server_version();
         crate::adapter::raise_with_detail(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             "logical decoding on a standby needs PostgreSQL 16 or later",

@@ -1240,8 +1240,9 @@ mod tests {
                 r.feed(&head(0x620, RecordKind::Prepare, x), &prepare, &mut none)
                     .unwrap();
             }
-            let observed = |r: &Replay| crate::replication::converged::observable(r);
-            assert_ne!(observed(&kept), observed(&fresh), "PG {major}");
+            // The PREPARE left their reorder buffers apart (beyond their starts).
+            let reorder = |r: &Replay| serde_json::to_value(&r.builder.reorder).ok();
+            assert_ne!(reorder(&kept), reorder(&fresh), "PG {major}");
             let mut carried = kept.duplicate();
             assert!(
                 !carried.move_start_decoding_at(Lsn(0), Lsn(0x700)),
