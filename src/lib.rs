@@ -213,7 +213,7 @@ mod tests {
 
     /// What one backend can check: slots that give no historic snapshot. (A logical slot
     /// cannot be created inside the test's transaction, which has an xid; the historic
-    /// functions on logical slots are checked by pgrx-tests/tests/historic_visibility.rs.)
+    /// functions on logical slots are checked by pgrx-tests/tests/historic_visibility_*.rs.)
     #[pg_test]
     fn historic_functions_refuse_slots_without_a_decoder() {
         for sql in [

@@ -1,5 +1,5 @@
-//! The live cluster: its environment, one test at a time, connections, the WAL flush
-//! position, waiting.
+//! The live cluster: its environment, one test at a time, connections, the WAL flush and
+//! insert positions, waiting.
 
 use crate::values::{err_text, parse_lsn};
 use postgres::{Client, Config, NoTls};
@@ -426,6 +426,24 @@ impl Env {
     }
 }
 
+/// A session in database `name` (created if missing).
+pub fn connect_db(env: &Env, c: &mut Client, name: &str, app: &str) -> Client {
+    let exists = c
+        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name])
+        .unwrap()
+        .is_some();
+    if !exists {
+        c.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+    }
+    let mut cfg = postgres::Config::new();
+    cfg.host(&env.host)
+        .port(env.port)
+        .user(&env.user)
+        .dbname(name)
+        .application_name(app);
+    cfg.connect(postgres::NoTls).unwrap()
+}
+
 /// The server's WAL flush position (on a standby: the end of the last replayed record,
 /// as far as WAL can be read there).
 pub fn flush_lsn(c: &mut Client) -> u64 {
@@ -439,6 +457,22 @@ pub fn flush_lsn(c: &mut Client) -> u64 {
         .get::<_, String>(0),
     )
 }
+
+/// The server's WAL insert position now.
+pub fn insert_lsn(c: &mut Client) -> u64 {
+    let s: String = c
+        .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+        .unwrap()
+        .get(0);
+    parse_lsn(&s)
+}
+
+/// How long a test waits for the server to show a step it caused (a creation waiting in
+/// `pg_locks`, a builder line in the log).
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// How long a test waits for a slot creation to return.
+pub const CREATE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Polls `f` every 50 ms until it holds; panics after `timeout`.
 pub fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {

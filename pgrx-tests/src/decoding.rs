@@ -1,7 +1,7 @@
 //! What `test_decoding` emitted, and what the replay says it emits.
 
 use crate::trace::TraceRow;
-use crate::values::{err_text, fmt_lsn};
+use crate::values::{err_text, fmt_lsn, query_column};
 use postgres::Client;
 use regex::Regex;
 use std::collections::BTreeSet;
@@ -87,14 +87,12 @@ pub fn emitted_kind(data: &str) -> Option<(String, u64)> {
 /// `pg_logical_slot_peek_changes(slot, NULL, NULL)`.
 pub fn slot_changes(c: &mut Client, slot: &str, consume: bool) -> Vec<String> {
     let f = if consume { "get" } else { "peek" };
-    c.query(
+    query_column(
+        c,
         format!("SELECT data FROM pg_logical_slot_{f}_changes($1, NULL, NULL)").as_str(),
         &[&slot],
+        &format!("pg_logical_slot_{f}_changes({slot})"),
     )
-    .unwrap()
-    .iter()
-    .map(|r| r.get(0))
-    .collect()
 }
 
 /// Consumes `slot` up to the end of the WAL (`pg_logical_slot_get_changes`, counting rows).

@@ -13,18 +13,26 @@
 //! Modules, by concern (all re-exported here, so tests `use pg_snapbuild_tests::*`):
 //! [`cluster`] (environment, serialization, connections, waiting), [`sessions`] (open
 //! transactions, slot creations, slot guards, `pg_replication_slots`), [`values`] (LSNs,
-//! errors, JSON rows), [`server_log`] (the log file, builder messages), [`wal`]
-//! (RUNNING_XACTS records), [`snapfiles`] (`.snap` files), [`trace`] (trace rows),
+//! errors, a query's first column, JSON rows), [`server_log`] (the log file, builder
+//! messages), [`log_lines`] (builder lines matched to the trace rows that name them),
+//! [`wal`] (RUNNING_XACTS records), [`snapfiles`] (`.snap` files), [`trace`] (trace rows),
 //! [`checks`] (what every trace is checked against, collected failures), [`decoding`]
-//! (what test_decoding emitted and what the replay says it emits), [`standby`] (a hot
-//! standby of the cluster: `Env::standby`), [`watcher`] (the watcher's pid, activity and LOG
-//! lines).
+//! (what test_decoding emitted and what the replay says it emits), [`diagnosis`]
+//! (`snapbuild_diagnose`'s rows), [`historic`] (historic MVCC judged tuple by tuple),
+//! [`scenario`] (a named scenario checked at every step), [`standby`] (a hot standby of
+//! the cluster: `Env::standby`, a test's start on it), [`slotsync`] (failover slots synced
+//! to it), [`watcher`] (the watcher's pid, activity and LOG lines).
 
 pub mod checks;
 pub mod cluster;
 pub mod decoding;
+pub mod diagnosis;
+pub mod historic;
+pub mod log_lines;
+pub mod scenario;
 pub mod server_log;
 pub mod sessions;
+pub mod slotsync;
 pub mod snapfiles;
 pub mod standby;
 pub mod trace;
@@ -35,8 +43,13 @@ pub mod watcher;
 pub use checks::*;
 pub use cluster::*;
 pub use decoding::*;
+pub use diagnosis::*;
+pub use historic::*;
+pub use log_lines::*;
+pub use scenario::*;
 pub use server_log::*;
 pub use sessions::*;
+pub use slotsync::*;
 pub use snapfiles::*;
 pub use standby::*;
 pub use trace::*;

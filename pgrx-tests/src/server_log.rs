@@ -138,6 +138,11 @@ pub fn log_branch(e: &LogEntry) -> &'static str {
     }
 }
 
+/// The branches ([`log_branch`]) of builder messages, in order.
+pub fn kinds(msgs: &[(u64, LogEntry)]) -> Vec<&'static str> {
+    msgs.iter().map(|(_, e)| log_branch(e)).collect()
+}
+
 pub fn dump_log(entries: &[(u64, LogEntry)]) -> String {
     entries
         .iter()

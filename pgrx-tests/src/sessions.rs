@@ -1,8 +1,8 @@
 //! Sessions the tests drive: open transactions, slot creations in their own thread,
-//! slot cleanup, and the server's slot catalog.
+//! slot cleanup (and a test's start with its slot), and the server's slot catalog.
 
-use crate::cluster::Env;
-use crate::values::{err_text, jlsn, js, json_rows, jxid, parse_lsn};
+use crate::cluster::{start, Env, Serial};
+use crate::values::{err_text, jlsn, js, json_rows, jxid, parse_lsn, query_column};
 use postgres::Client;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -19,6 +19,30 @@ pub fn current_xid(c: &mut Client) -> u64 {
         .get::<_, String>(0)
         .parse()
         .unwrap()
+}
+
+/// `pg_xact_status` of `full` on the node `c` is connected to: the server's own word.
+pub fn xact_status(c: &mut Client, full: u64) -> String {
+    c.query_one(
+        "SELECT pg_xact_status($1::text::xid8)",
+        &[&full.to_string()],
+    )
+    .unwrap()
+    .get(0)
+}
+
+/// A session holding a snapshot (REPEATABLE READ, one query) but no xid: a slot creation
+/// does not wait for it.
+pub fn snapshot_only(env: &Env) -> Client {
+    let mut d = env.connect("pgsnap-diag-decoy");
+    d.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_class")
+        .unwrap();
+    let has_xid: bool = d
+        .query_one("SELECT pg_current_xact_id_if_assigned() IS NOT NULL", &[])
+        .unwrap()
+        .get(0);
+    assert!(!has_xid, "the decoy must hold no xid");
+    d
 }
 
 /// A session holding an open transaction with an assigned xid.
@@ -234,6 +258,28 @@ impl Drop for SlotGuard {
     }
 }
 
+/// The start of a live test with a slot of its own: [`start`], then a [`SlotGuard`] for
+/// `slot` (dropped first when the test ends, also on failure). `None` when live tests are
+/// skipped on purpose.
+pub fn start_with_slot(slot: &str) -> Option<(Serial, Env, Client, SlotGuard)> {
+    let (g, env, c) = start()?;
+    let guard = SlotGuard::new(&env, slot);
+    Some((g, env, c, guard))
+}
+
+/// [`start_with_slot`], then table `table` (`i int`; kept if it exists) for the test to
+/// write to, and `slot` created.
+pub fn start_with_created_slot(
+    slot: &str,
+    table: &str,
+) -> Option<(Serial, Env, Client, SlotGuard)> {
+    let (g, env, mut c, guard) = start_with_slot(slot)?;
+    c.batch_execute(&format!("CREATE TABLE IF NOT EXISTS {table} (i int)"))
+        .unwrap();
+    create_slot(&env, slot);
+    Some((g, env, c, guard))
+}
+
 #[derive(Clone, Debug)]
 pub struct ServerSlot {
     pub restart_lsn: u64,
@@ -266,30 +312,26 @@ pub fn server_slot(c: &mut Client, name: &str) -> ServerSlot {
 /// position that judge alike give the same rows.
 pub fn health_rows(c: &mut Client, slots: &[&str]) -> Vec<String> {
     let names: Vec<String> = slots.iter().map(|s| s.to_string()).collect();
-    c.query(
+    query_column(
+        c,
         "SELECT format('%s %s %s %s %s %s %s %s %s %s %s', slot_name, state, in_creation,
                 waiting_xids, oldest_blocking_pid, restart_lsn_lag_bytes,
                 confirmed_flush_lag_bytes, catalog_xmin_age, last_running_xacts,
                 wal_since_running_xacts_bytes, releasable_bytes)
            FROM snapbuild_slot_health WHERE slot_name = ANY($1) ORDER BY slot_name",
         &[&names],
+        "snapbuild_slot_health",
     )
-    .unwrap_or_else(|e| panic!("snapbuild_slot_health: {}", err_text(&e)))
-    .iter()
-    .map(|r| r.get(0))
-    .collect()
 }
 
 /// WAL bytes each of `slots` took in one health scrape of `c`, in name order.
 pub fn replayed_bytes(c: &mut Client, slots: &[&str]) -> Vec<i64> {
     let names: Vec<String> = slots.iter().map(|s| s.to_string()).collect();
-    c.query(
+    query_column(
+        c,
         "SELECT replayed_bytes FROM snapbuild_slot_health
           WHERE slot_name = ANY($1) ORDER BY slot_name",
         &[&names],
+        "snapbuild_slot_health",
     )
-    .unwrap()
-    .iter()
-    .map(|r| r.get(0))
-    .collect()
 }

@@ -1,6 +1,6 @@
 //! Rows of `snapbuild_trace` / `snapbuild_trace_range`.
 
-use crate::values::{fmt_lsn, jb, jlsn, js, js_opt, json_rows, jxid, jxids, show, Row};
+use crate::values::{err_text, fmt_lsn, jb, jlsn, js, js_opt, json_rows, jxid, jxids, show, Row};
 use postgres::Client;
 use std::fmt::Write as _;
 
@@ -93,6 +93,11 @@ impl TraceRow {
 pub fn trace(c: &mut Client, slot: &str) -> Result<Vec<TraceRow>, postgres::Error> {
     let rows = json_rows(c, "SELECT * FROM snapbuild_trace($1::name)", &[&slot])?;
     Ok(trace_rows(rows))
+}
+
+/// [`trace`], failing the test with the server's error.
+pub fn trace_ok(c: &mut Client, slot: &str) -> Vec<TraceRow> {
+    trace(c, slot).unwrap_or_else(|e| panic!("snapbuild_trace('{slot}') failed: {}", err_text(&e)))
 }
 
 /// Rows of `snapbuild_trace` / `snapbuild_trace_range` (as [`json_rows`] returns them) as

@@ -1,6 +1,6 @@
-//! Values: LSNs, server errors, query rows as JSON objects.
+//! Values: LSNs, xids, server errors, a query's first column, query rows as JSON objects.
 
-use postgres::types::ToSql;
+use postgres::types::{FromSqlOwned, ToSql};
 use postgres::Client;
 use serde_json::{Map, Value};
 
@@ -33,6 +33,26 @@ pub fn parse_lsn(s: &str) -> u64 {
 
 pub fn fmt_lsn(l: u64) -> String {
     format!("{:X}/{:X}", l >> 32, l & 0xffff_ffff)
+}
+
+/// The 32-bit xid of a full one (the diagnosis's `xid` column).
+pub fn xid32(full: u64) -> u64 {
+    full & 0xffff_ffff
+}
+
+/// The first column of every row of a query, in row order; a server error fails the test
+/// with `what` and the error's text.
+pub fn query_column<T: FromSqlOwned>(
+    c: &mut Client,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+    what: &str,
+) -> Vec<T> {
+    c.query(sql, params)
+        .unwrap_or_else(|e| panic!("{what}: {}", err_text(&e)))
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
 }
 
 /// Rows of a query as JSON objects (`to_jsonb` of each row: xid/pg_lsn become strings).
@@ -82,6 +102,16 @@ pub fn jxid(r: &Row, k: &str) -> Option<u64> {
         s.parse()
             .unwrap_or_else(|_| panic!("column {k}: not an xid: {s}"))
     })
+}
+
+/// A number column of a row (`None` for NULL).
+pub fn jnum(r: &Row, k: &str) -> Option<i64> {
+    match r.get(k) {
+        None => panic!("column {k} missing"),
+        Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::Number(n)) => n.as_i64(),
+        Some(v) => panic!("column {k} is not a number: {v}"),
+    }
 }
 
 pub fn jxids(r: &Row, k: &str) -> Option<Vec<u64>> {

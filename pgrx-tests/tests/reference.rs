@@ -143,14 +143,12 @@ fn settings(c: &mut Client) -> Vec<String> {
     // Any call loads the library, whose _PG_init defines the settings.
     c.batch_execute("SELECT count(*) FROM snapbuild_slots()")
         .expect("loading the library");
-    c.query(
+    query_column(
+        c,
         "SELECT name FROM pg_settings WHERE name LIKE $1 ORDER BY 1",
         &[&format!("{EXTENSION}.%")],
+        "reading pg_settings",
     )
-    .expect("reading pg_settings")
-    .into_iter()
-    .map(|r| r.get(0))
-    .collect()
 }
 
 /// Every function, argument, column, view and setting of the installed extension is in

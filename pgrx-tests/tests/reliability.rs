@@ -127,10 +127,9 @@ fn alive(c: &mut Client, bystander: &mut Client, what: &str) {
 /// `statement_timeout = '200ms'` on each long call: 57014 no later than 200 ms + 1 s.
 #[test]
 fn r1_statement_timeout_stops_every_long_loop() {
-    let Some((_g, env, mut c)) = start() else {
+    let Some((_g, env, mut c, _slot)) = start_with_slot(SLOT) else {
         return;
     };
-    let _slot = SlotGuard::new(&env, SLOT);
     let (start, end) = long_wal(&env, &mut c);
     let confirmed = fmt_lsn(
         server_slot(&mut c, SLOT)
@@ -194,10 +193,9 @@ fn expect_canceled(
 /// cancel.
 #[test]
 fn r2_pg_cancel_backend_stops_every_long_loop() {
-    let Some((_g, env, mut c)) = start() else {
+    let Some((_g, env, mut c, _slot)) = start_with_slot(SLOT) else {
         return;
     };
-    let _slot = SlotGuard::new(&env, SLOT);
     let (start, end) = long_wal(&env, &mut c);
     let confirmed = fmt_lsn(
         server_slot(&mut c, SLOT)
@@ -316,11 +314,10 @@ fn backend_hwm_kib(pid: i32) -> u64 {
 /// and is the set-returning trace row for row.
 #[test]
 fn r4_trace_json_is_bounded() {
-    let Some((_g, env, mut c)) = start() else {
+    let slot = "pgsnap_rel_json";
+    let Some((_g, env, mut c, _slot)) = start_with_slot(slot) else {
         return;
     };
-    let slot = "pgsnap_rel_json";
-    let _slot = SlotGuard::new(&env, slot);
     create_slot(&env, slot);
     let n: i64 = 300_000;
     c.execute(
@@ -435,11 +432,10 @@ fn r4_trace_json_is_bounded() {
 /// the attempt is repeated, up to 5 times.
 #[test]
 fn r5_flush_wait_stops_on_timeout_and_cancel() {
-    let Some((_g, env, mut c)) = start() else {
+    let slot = "pgsnap_rel_wait";
+    let Some((_g, env, mut c, _slot)) = start_with_slot(slot) else {
         return;
     };
-    let slot = "pgsnap_rel_wait";
-    let _slot = SlotGuard::new(&env, slot);
     create_slot(&env, slot);
     let mut bystander = env.connect("pgsnap-rel-bystander");
     let timeout = Duration::from_millis(500);

@@ -50,15 +50,13 @@ fn scrape_meta(c: &mut Client) -> Vec<(i64, Option<String>)> {
 
 /// `snapbuild_diagnose(slot)` as row texts (every column but the time-dependent `since`).
 fn diagnose_rows(c: &mut Client, slot: &str) -> Vec<String> {
-    c.query(
+    query_column(
+        c,
         "SELECT format('%s|%s|%s|%s|%s|%s|%s', kind, finding, xid, pid, lsn, bytes, remedy)
            FROM snapbuild_diagnose($1)",
         &[&slot],
+        &format!("snapbuild_diagnose({slot})"),
     )
-    .unwrap_or_else(|e| panic!("snapbuild_diagnose({slot}): {}", err_text(&e)))
-    .iter()
-    .map(|r| r.get(0))
-    .collect()
 }
 
 /// Three rounds of: a RUNNING_XACTS, then `pg_logical_slot_get_changes` to the end.
@@ -453,11 +451,10 @@ fn resumed_and_full(env: &Env, c: &mut Client, slot: &str) -> (i64, Vec<String>,
 
 #[test]
 fn sh3_a_slot_of_the_same_name_and_position_with_another_decoder_is_replayed_anew() {
-    let Some((_g, env, mut c)) = start() else {
+    let (src, slot) = ("pgsnap_sh3_src", "pgsnap_sh3");
+    let Some((_g, env, mut c, _src_guard)) = start_with_slot(src) else {
         return;
     };
-    let (src, slot) = ("pgsnap_sh3_src", "pgsnap_sh3");
-    let _src_guard = SlotGuard::new(&env, src);
     let _guard = SlotGuard::new(&env, slot);
     c.batch_execute("CREATE TABLE IF NOT EXISTS pgsnap_sh1_t (i int)")
         .unwrap();

@@ -37,14 +37,12 @@ fn creator_waits(c: &mut Client, pid: i32, xid: u64) {
 
 /// The pids `snapbuild_diagnose` names as what the creation waits for.
 fn diagnosed_blockers(c: &mut Client, slot: &str) -> Vec<i32> {
-    c.query(
+    query_column(
+        c,
         "SELECT pid FROM snapbuild_diagnose($1) WHERE kind LIKE 'waiting for%' AND pid IS NOT NULL ORDER BY pid",
         &[&slot],
+        &format!("snapbuild_diagnose({slot})"),
     )
-    .unwrap()
-    .iter()
-    .map(|r| r.get(0))
-    .collect()
 }
 
 #[test]
@@ -105,14 +103,10 @@ fn w1_a_waiting_creation_is_logged_with_its_blocker() {
 
 #[test]
 fn w2_a_held_restart_lsn_and_catalog_xmin_are_logged_once() {
-    let Some((_g, env, mut c)) = start() else {
+    let slot = "pgsnap_watch_w2";
+    let Some((_g, env, mut c, _guard)) = start_with_created_slot(slot, "pgsnap_watch_held") else {
         return;
     };
-    let slot = "pgsnap_watch_w2";
-    let _guard = SlotGuard::new(&env, slot);
-    c.batch_execute("CREATE TABLE IF NOT EXISTS pgsnap_watch_held (i int)")
-        .unwrap();
-    create_slot(&env, slot);
     let advance = |c: &mut Client| {
         for _ in 0..3 {
             env.log_standby_snapshot_flushed(c, "pgsnap_watch_held", "0");
@@ -288,16 +282,14 @@ fn w4_on_a_standby_then_after_its_promotion() {
     // The slots' replays kept in the promoted server's shared memory (filled by the
     // watcher before and after the promotion) give what a full replay gives.
     let rows = |c: &mut Client| -> Vec<String> {
-        c.query(
+        query_column(
+            c,
             "SELECT format('%s %s %s %s %s %s %s', slot_name, state, in_creation, waiting_xids,
                     restart_lsn_lag_bytes, catalog_xmin_age, last_running_xacts)
                FROM snapbuild_slot_health ORDER BY slot_name",
             &[],
+            "snapbuild_slot_health",
         )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
     };
     let mut compared = false;
     for _ in 0..5 {

@@ -391,15 +391,12 @@ impl<'e> Exec<'e> {
             } else {
                 &mut self.admin_b
             };
-            let gids: Vec<String> = admin
-                .query(
-                    "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE $1",
-                    &[&like],
-                )
-                .unwrap()
-                .iter()
-                .map(|r| r.get(0))
-                .collect();
+            let gids: Vec<String> = query_column(
+                admin,
+                "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE $1",
+                &[&like],
+                "pg_prepared_xacts",
+            );
             for gid in gids {
                 let _ = admin.batch_execute(&format!("ROLLBACK PREPARED '{gid}'"));
                 self.out.epilogue.push(format!(
