@@ -120,3 +120,72 @@ impl Join {
         r
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replication::decode::replay::fixtures::{head, record, restarted};
+    use crate::replication::decode::{Payload, RecordKind, TwoPhaseDecoding};
+    use crate::replication::snapbuild::RestoreResult;
+
+    /// A decoder restarted from a file with x (and its subtransaction s, whose first
+    /// change lies before the restart point) running; s changes again (known as
+    /// top-level), x is prepared at 0x620. A two-phase decoder that started decoding at
+    /// 0 assigns s to x at the PREPARE; one that starts at 0x700 skips the PREPARE and
+    /// leaves s apart. A replay begun with the first start cannot be carried over to the
+    /// second while x stays prepared; it can once x is finished, or without a PREPARE in
+    /// between.
+    #[test]
+    fn a_replay_is_not_carried_past_a_prepare_it_decoded() {
+        let (x, s) = (950, 951);
+        let prepare = Payload::Prepare {
+            xid: x,
+            subxacts: vec![s],
+            db_id: 5,
+            gid: "g".into(),
+        };
+        let mut none = |_: Lsn| -> RestoreResult { Ok(None) };
+        for major in [14, 16, 18] {
+            let run = |start: u64| {
+                let mut r = restarted(major, &[x, s]);
+                r.builder.start_decoding_at = Lsn(start);
+                r.two_phase = TwoPhaseDecoding {
+                    enabled: true,
+                    filter_gid_containing: None,
+                };
+                r
+            };
+            let (mut kept, mut fresh) = (run(0), run(0x700));
+            for r in [&mut kept, &mut fresh] {
+                r.feed(
+                    &record(0x600, RecordKind::Change, s, 0),
+                    &Payload::None,
+                    &mut none,
+                )
+                .unwrap();
+                r.feed(
+                    &record(0x610, RecordKind::Change, x, 0),
+                    &Payload::None,
+                    &mut none,
+                )
+                .unwrap();
+                r.feed(&head(0x620, RecordKind::Prepare, x), &prepare, &mut none)
+                    .unwrap();
+            }
+            // The PREPARE left their reorder buffers apart (beyond their starts).
+            let reorder =
+                |r: &Replay| observable(r).and_then(|v| v.get("builder")?.get("reorder").cloned());
+            assert_ne!(reorder(&kept), reorder(&fresh), "PG {major}");
+            let mut carried = kept.duplicate();
+            assert!(
+                !carried.move_start_decoding_at(Lsn(0), Lsn(0x700)),
+                "PG {major}"
+            );
+            // Past the prepare's start it makes no difference.
+            assert!(
+                carried.move_start_decoding_at(Lsn(0x621), Lsn(0x700)),
+                "PG {major}"
+            );
+        }
+    }
+}
