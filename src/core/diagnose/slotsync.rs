@@ -22,10 +22,10 @@
 //! copy's catalog_xmin has ended on the primary and the slot's consumer there has
 //! confirmed past a RUNNING_XACTS record logged after that.
 
-use super::{
-    builder_waits, on_primary, primary_remedy, wait_finding, wal_remedy, xid_status, BuilderFacts,
-    Finding, FindingKind, Holder, ServerFacts, SlotFacts, XidStatus,
-};
+use super::facts::{BuilderFacts, Holder, ServerFacts, SlotFacts};
+use super::finding::{state_name, Finding, FindingKind};
+use super::remedy::{primary_remedy, wal_remedy};
+use super::waits::{builder_waits, on_primary, wait_finding, xid_status, XidStatus};
 use crate::include::snapbuild::SnapBuildState;
 use crate::include::transam::{self, TransactionId};
 use crate::include::xlogdefs::Lsn;
@@ -272,7 +272,7 @@ pub(super) fn copy_findings(
                 Some(b) => format!(
                     "; a decoder started at {} is in {} after the replay to {}, waiting for {} transaction(s) older than {} and a newer RUNNING_XACTS",
                     slot.restart_lsn,
-                    super::state_name(b.state.unwrap_or(SnapBuildState::Start)),
+                    state_name(b.state.unwrap_or(SnapBuildState::Start)),
                     b.replayed_to,
                     builder_waits(b).len(),
                     b.next_phase_at
