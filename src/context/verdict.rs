@@ -1,10 +1,10 @@
 //! The server's verdict beside a replayed row: gathers the server facts for the row (the
 //! `.snap` file it wrote at that LSN, the slot's confirmed_flush) and hands them, as
-//! plain values, to the core's comparison (`snapbuild_core::compare::judge_row`).
+//! plain values, to the core's comparison (`snapbuild_core::verdict::judge_row`).
 
-use snapbuild_core::compare::{
+use snapbuild_core::verdict::{
     compare_with_server, judge_row, judged_only_by_subtransaction_lines, nothing_to_judge,
-    FileFact, LogWriters, ServerFacts, Verdict,
+    FileFact, LogWriters, RowFacts, Verdict,
 };
 use snapbuild_core::TraceRow;
 
@@ -30,7 +30,7 @@ pub fn server_facts(
     slot: Option<&SlotCopy>,
     version: u32,
     writers: &mut OtherWriters,
-) -> ServerFacts {
+) -> RowFacts {
     let file = if row.serialized.is_some() {
         match snapfiles::read_snapshot_bytes(row.lsn, version) {
             Ok(Some((file, raw))) => FileFact::Read { file, raw },
@@ -71,7 +71,7 @@ pub fn server_facts(
         }
         _ => (Vec::new(), LogWriters::NotAsked),
     };
-    ServerFacts {
+    RowFacts {
         path,
         file,
         confirmed_flush: slot

@@ -4,13 +4,13 @@
 //! the replay's own file differs only there, these replays say whether a decoder that
 //! restarted at one of the `.snap` files still on disk writes exactly the server's file.
 
-use snapbuild_core::compare::{writes_same_file, DebugLines, LogLines, LogWriters, LoggedWriter};
 use snapbuild_core::replication::snapbuild::CommitVerdict;
 use snapbuild_core::server_log::{
     candidate_lines_for, decoders, lines_at, lines_for, message_lsn, same_start_logged_debug_past,
     same_start_logs_debug, serializing_lines_for, subtransaction_lines_for, writers_of, Candidates,
     InvalidationLine, LineIndex, LogEvent, LoggedDecoder, ReplayStart, Writers, SKIPPING,
 };
+use snapbuild_core::verdict::{writes_same_file, DebugLines, LogLines, LogWriters, LoggedWriter};
 use snapbuild_core::{BuilderParams, Lsn, SnapBuildOnDisk, TraceRow};
 
 use crate::adapter::{server_log, snapfiles};

@@ -18,7 +18,10 @@
 //! * `access/`: `heapam_visibility` (heapam_visibility.c), `rewriteheap` (rewrite mapping
 //!   files).
 //! * `storage/`: `bufpage` (page header and line pointers).
-//! * `compare`: not a PostgreSQL file; the replay's `.snap` against the server's.
+//! * `verdict/`: not a PostgreSQL file; the server's verdict beside a replayed row:
+//!   `snap_file` (the replay's `.snap` against the server's), `log_lines` and `debug_lines`
+//!   (the builder's messages against the server log), `invalidation` (where a standby's
+//!   slot was invalidated).
 //! * `server_log`: not a PostgreSQL file; the server log's lines about decoders (which
 //!   ones could have written a `.snap` file).
 //! * `diagnose`: not a PostgreSQL file; "why is my slot stuck?" findings from a replay.
@@ -27,12 +30,12 @@
 //! has no cycle.
 
 pub mod access;
-pub mod compare;
 pub mod diagnose;
 pub mod include;
 pub mod replication;
 pub mod server_log;
 pub mod storage;
+pub mod verdict;
 
 pub use include::snapbuild::SnapBuildState;
 pub use include::snapshot::HistoricSnapshot;

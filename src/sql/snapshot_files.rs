@@ -30,7 +30,7 @@ pub type InfoRow = (
 );
 
 /// The state name as contrib pg_logicalinspect prints it ("unknown state" otherwise).
-pub use snapbuild_core::compare::state_name;
+pub use snapbuild_core::verdict::state_name;
 
 /// Columns for a decoded file. A decoded file always passed its checksum. Empty xid
 /// arrays are NULL, and `catchange_*` are NULL where the on-disk version has no such

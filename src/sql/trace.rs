@@ -5,8 +5,8 @@
 //! columns of the two set-returning ones are declared once ([`with_trace_columns`]).
 
 use pgrx::prelude::*;
-use snapbuild_core::compare::judge_invalidation;
 use snapbuild_core::replication::snapbuild::CommitVerdict;
+use snapbuild_core::verdict::judge_invalidation;
 use snapbuild_core::{BuilderParams, TraceRow};
 
 use crate::adapter::{raise, raise_with_hint};

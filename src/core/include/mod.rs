@@ -3,7 +3,7 @@
 //! Each file is named after the header it mirrors and holds the types, constants and
 //! small inline rules (the header's macros and `static inline` functions) that the logic
 //! modules share. A header module refers only to other header modules, never to the
-//! logic modules (`replication`, `access`, `storage`, `compare`); the crate's
+//! logic modules (`replication`, `access`, `storage`, `verdict`); the crate's
 //! `tests/layering.rs` checks that.
 
 pub mod heapam_xlog;
