@@ -5,7 +5,7 @@
 //! Not a PostgreSQL file; the messages are snapbuild.c's ereport(LOG) lines, read from the
 //! server log by `server_log`.
 
-use super::Verdict;
+use super::{add_disagreement, add_sources, log_who, Verdict};
 use crate::replication::decode::TraceRow;
 
 /// What the server log says about a row's builder message.
@@ -46,13 +46,6 @@ pub(super) fn with_log_lines(row: &TraceRow, mut v: Verdict, lines: &LogLines) -
     // A row without a builder message (a RUNNING_XACTS the replay passes silently) is
     // asked only about other decoders' lines there: none equals it.
     let message = row.message.as_deref().unwrap_or("nothing");
-    let who = |m: &crate::server_log::LogLineMatch| {
-        format!(
-            "server log: pid {} at {}",
-            m.line.pid.map_or("?".to_string(), |p| p.to_string()),
-            crate::server_log::format_ms(m.line.at_ms)
-        )
-    };
     let same: Vec<_> = lines.iter().filter(|m| m.same_start).collect();
     // A restore on one side only means the .snap files differ from when that decoder ran
     // (a file written later): not the replay's error.
@@ -79,12 +72,9 @@ pub(super) fn with_log_lines(row: &TraceRow, mut v: Verdict, lines: &LogLines) -
             let text = format!(
                 "undecided: the server's decoder that started where the replay does logged \"{}\" here ({}), not judged: {why}",
                 m.line.message,
-                who(m)
+                log_who(m)
             );
-            v.disagreement = Some(match v.disagreement.take() {
-                Some(d) => format!("{d}; {text}"),
-                None => text,
-            });
+            add_disagreement(&mut v, text);
         }
         None
     };
@@ -94,7 +84,7 @@ pub(super) fn with_log_lines(row: &TraceRow, mut v: Verdict, lines: &LogLines) -
         let mut t: Vec<String> = others
             .iter()
             .take(3)
-            .map(|m| format!("{} (\"{}\")", who(m), m.line.message))
+            .map(|m| format!("{} (\"{}\")", log_who(m), m.line.message))
             .collect();
         if others.len() > 3 {
             t.push(format!("{} more", others.len() - 3));
@@ -102,21 +92,16 @@ pub(super) fn with_log_lines(row: &TraceRow, mut v: Verdict, lines: &LogLines) -
         format!("decoders that started elsewhere: {}", t.join(", "))
     });
     let Some(ok) = verdict else {
-        if let Some(t) = others_text {
-            let mut sources: Vec<String> = v.server_source.take().into_iter().collect();
-            sources.push(t);
-            v.server_source = Some(sources.join("; "));
-        }
+        add_sources(&mut v, others_text.into_iter().collect());
         return v;
     };
-    let mut sources: Vec<String> = v.server_source.take().into_iter().collect();
-    sources.extend(
-        same.iter()
-            .filter(|m| if ok { m.equal } else { refuting.contains(m) })
-            .map(|m| who(m)),
-    );
+    let mut sources: Vec<String> = same
+        .iter()
+        .filter(|m| if ok { m.equal } else { refuting.contains(m) })
+        .map(|m| log_who(m))
+        .collect();
     sources.extend(others_text);
-    v.server_source = Some(sources.join("; "));
+    add_sources(&mut v, sources);
     if v.server_state.is_none() {
         v.server_state = same
             .iter()
@@ -139,14 +124,11 @@ pub(super) fn with_log_lines(row: &TraceRow, mut v: Verdict, lines: &LogLines) -
             "the server's decoder that started as the replay did logged \"{}\"{} here ({}), the replay \"{}\"{}",
             m.line.message,
             m.line.detail.as_deref().map(|d| format!(" / \"{d}\"")).unwrap_or_default(),
-            who(m),
+            log_who(m),
             message,
             row.detail.as_deref().map(|d| format!(" / \"{d}\"")).unwrap_or_default()
         );
-        v.disagreement = Some(match v.disagreement.take() {
-            Some(d) => format!("{d}; {text}"),
-            None => text,
-        });
+        add_disagreement(&mut v, text);
     }
     v
 }
