@@ -133,19 +133,33 @@ pub fn events(mut check: impl FnMut()) -> Result<(PathBuf, Vec<LogEvent>), Strin
     let (path, format, collector) = locate()?;
     let zones = zone_names();
     let mut out = Vec::new();
-    for (file, skip) in files_to_read(&path, collector, limit) {
-        read_events(
-            &file,
-            format,
-            &zones,
-            skip,
-            skip > 0,
-            limit,
-            &mut out,
-            &mut check,
-        )?;
-    }
+    read_newest(
+        &path, format, collector, &zones, limit, &mut out, &mut check,
+    )?;
     Ok((path, out))
+}
+
+/// The events of the log's newest `limit` bytes (the current file `path` and, for the
+/// collector's files, the rotated ones before it), appended to `out`. Returns where the
+/// last complete line read in `path` ends.
+#[allow(clippy::too_many_arguments)]
+fn read_newest(
+    path: &std::path::Path,
+    format: Format,
+    collector: bool,
+    zones: &ZoneNames,
+    limit: u64,
+    out: &mut Vec<LogEvent>,
+    check: &mut impl FnMut(),
+) -> Result<u64, String> {
+    let mut end = 0;
+    for (file, skip) in files_to_read(path, collector, limit) {
+        let e = read_events(&file, format, zones, skip, skip > 0, limit, out, check)?;
+        if file == path {
+            end = e;
+        }
+    }
+    Ok(end)
 }
 
 /// The events of `file` from byte `from` on (at most `limit` bytes), appended to `out`;
@@ -262,25 +276,9 @@ pub fn events_since(
                 &mut check,
             )?
         }
-        None => {
-            let mut end = 0;
-            for (file, skip) in files_to_read(&path, collector, limit) {
-                let e = read_events(
-                    &file,
-                    format,
-                    &zones,
-                    skip,
-                    skip > 0,
-                    limit,
-                    &mut out,
-                    &mut check,
-                )?;
-                if file == path {
-                    end = e;
-                }
-            }
-            end
-        }
+        None => read_newest(
+            &path, format, collector, &zones, limit, &mut out, &mut check,
+        )?,
     };
     cursor.at = Some((path, format, end));
     Ok(out)

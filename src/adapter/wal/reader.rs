@@ -117,23 +117,14 @@ impl WalReader {
                 format!("could not read WAL at LSN {start}"),
             );
         }
-        unsafe {
-            let reader = compat::allocate();
-            if reader.is_null() {
-                raise(
-                    C::ERRCODE_OUT_OF_MEMORY,
-                    "out of memory while allocating a WAL reading processor",
-                );
-            }
-            let this = WalReader::new(reader);
-            if compat::find_first(reader, start.0) == 0 {
-                raise(
-                    C::ERRCODE_INVALID_PARAMETER_VALUE,
-                    format!("could not find a valid record after {start}"),
-                );
-            }
-            this
+        let this = WalReader::allocate();
+        if unsafe { compat::find_first(this.reader, start.0) } == 0 {
+            raise(
+                C::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("could not find a valid record after {start}"),
+            );
         }
+        this
     }
 
     /// Like [`WalReader::open`], but `None` (not an ERROR) when no complete record can be
@@ -142,17 +133,22 @@ impl WalReader {
         if start.0 < pg_sys::XLOG_BLCKSZ as u64 {
             return None;
         }
-        unsafe {
-            let reader = compat::allocate();
-            if reader.is_null() {
-                raise(
-                    C::ERRCODE_OUT_OF_MEMORY,
-                    "out of memory while allocating a WAL reading processor",
-                );
-            }
-            let this = WalReader::new(reader);
-            (compat::find_first(reader, start.0) != 0).then_some(this)
+        let this = WalReader::allocate();
+        (unsafe { compat::find_first(this.reader, start.0) } != 0).then_some(this)
+    }
+
+    /// A reader over local WAL, positioned nowhere yet.
+    ///
+    /// Errors: `out_of_memory` when the server cannot allocate it.
+    fn allocate() -> Self {
+        let reader = unsafe { compat::allocate() };
+        if reader.is_null() {
+            raise(
+                C::ERRCODE_OUT_OF_MEMORY,
+                "out of memory while allocating a WAL reading processor",
+            );
         }
+        WalReader::new(reader)
     }
 
     fn new(reader: *mut pg_sys::XLogReaderState) -> Self {

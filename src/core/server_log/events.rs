@@ -5,7 +5,8 @@
 
 use crate::include::xlogdefs::Lsn;
 use crate::server_log::messages::{
-    debug_kind, leading_lsn, message_lsn, restart_candidate, serializing, DebugKind, REDO_AT,
+    debug_kind, leading_lsn, message_lsn, parse_start_detail, restart_candidate, serializing,
+    DebugKind, REDO_AT,
 };
 
 /// What the log says happened, with the line's time (milliseconds since the Unix epoch).
@@ -48,6 +49,27 @@ pub enum LogEvent {
 }
 
 impl LogEvent {
+    /// A `starting logical decoding for slot "S"` line with its DETAIL (`Streaming
+    /// transactions committing after …, reading WAL from …`) and the session's statement;
+    /// `None` when the DETAIL does not read so.
+    pub fn decoder_start(
+        at_ms: i64,
+        pid: Option<i32>,
+        slot: String,
+        detail: &str,
+        statement: Option<&str>,
+    ) -> Option<LogEvent> {
+        let (after, restart) = parse_start_detail(detail)?;
+        Some(LogEvent::DecoderStart {
+            at_ms,
+            pid,
+            slot,
+            after,
+            restart,
+            kind: DecoderKind::from_statement(statement),
+        })
+    }
+
     pub fn at_ms(&self) -> i64 {
         match self {
             LogEvent::ServerStart { at_ms }

@@ -2,11 +2,11 @@
 //! elog.c's ErrorData (severity, time, pid, message, detail, statement, context). Shared
 //! by the csvlog and jsonlog parsers.
 
-use crate::server_log::events::{BuilderLine, DecoderKind, InvalidationLine, LineLevel, LogEvent};
+use crate::server_log::events::{BuilderLine, InvalidationLine, LineLevel, LogEvent};
 use crate::server_log::log_time::{leading_timestamp_in, ZoneNames};
 use crate::server_log::messages::{
-    debug_kind, leading_lsn, parse_start_detail, sync_skipped_slot, BUILDER_PREFIX, INVALIDATING,
-    READY, SEARCHING, STARTING,
+    debug_kind, leading_lsn, sync_skipped_slot, BUILDER_PREFIX, INVALIDATING, READY, SEARCHING,
+    STARTING,
 };
 
 /// The event of one structured log entry (jsonlog, csvlog): its severity, `%m`-style
@@ -70,13 +70,5 @@ pub(super) fn event_from_fields(
     }
     let rest = msg.strip_prefix(STARTING)?;
     let slot = rest.strip_suffix('"').unwrap_or(rest).to_owned();
-    let (after, restart) = parse_start_detail(detail?)?;
-    Some(LogEvent::DecoderStart {
-        at_ms,
-        pid,
-        slot,
-        after,
-        restart,
-        kind: DecoderKind::from_statement(statement),
-    })
+    LogEvent::decoder_start(at_ms, pid, slot, detail?, statement)
 }

@@ -6,8 +6,8 @@
 use crate::server_log::events::{BuilderLine, DecoderKind, InvalidationLine, LineLevel, LogEvent};
 use crate::server_log::log_time::{leading_timestamp_in, ZoneNames};
 use crate::server_log::messages::{
-    debug_kind, leading_lsn, parse_start_detail, sync_skipped_slot, BUILDER_PREFIX, INVALIDATING,
-    READY, SEARCHING, STARTING,
+    debug_kind, leading_lsn, sync_skipped_slot, BUILDER_PREFIX, INVALIDATING, READY, SEARCHING,
+    STARTING,
 };
 
 /// The `[pid]` of the default prefix, if the prefix has one.
@@ -180,15 +180,7 @@ impl StderrParser {
 fn close(open: Open) -> Option<LogEvent> {
     match open {
         Open::Start(at_ms, pid, slot, detail, statement) => {
-            let (after, restart) = parse_start_detail(detail.as_deref()?)?;
-            Some(LogEvent::DecoderStart {
-                at_ms,
-                pid,
-                slot,
-                after,
-                restart,
-                kind: DecoderKind::from_statement(statement.as_deref()),
-            })
+            LogEvent::decoder_start(at_ms, pid, slot, detail.as_deref()?, statement.as_deref())
         }
         Open::Builder(b) => Some(LogEvent::Builder(b)),
         Open::Invalidation(i) => Some(LogEvent::SlotInvalidated(i)),
