@@ -3,7 +3,7 @@
 //! `DEBUG:  `, then `DETAIL:  `, `STATEMENT:  `, `CONTEXT:  `, `HINT:  `), a multi-line
 //! part continued on lines that start with a tab. [`StderrParser`] reads it.
 
-use crate::server_log::events::{BuilderLine, DecoderKind, InvalidationLine, LineLevel, LogEvent};
+use crate::server_log::events::{BuilderLine, InvalidationLine, LineLevel, LogEvent};
 use crate::server_log::log_time::{leading_timestamp_in, ZoneNames};
 use crate::server_log::messages::{
     debug_kind, leading_lsn, sync_skipped_slot, BUILDER_PREFIX, INVALIDATING, READY, SEARCHING,
@@ -192,6 +192,7 @@ fn close(open: Open) -> Option<LogEvent> {
 mod tests {
     use super::*;
     use crate::include::xlogdefs::Lsn;
+    use crate::server_log::events::DecoderKind;
     use crate::server_log::jsonlog::parse_json_line;
 
     #[test]
