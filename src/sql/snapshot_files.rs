@@ -30,7 +30,6 @@ pub type InfoRow = (
 );
 
 /// The state name as contrib pg_logicalinspect prints it ("unknown state" otherwise).
-pub use snapbuild_core::verdict::state_name;
 
 /// Columns for a decoded file. A decoded file always passed its checksum. Empty xid
 /// arrays are NULL, and `catchange_*` are NULL where the on-disk version has no such
@@ -42,7 +41,7 @@ pub fn info_row(f: &SnapBuildOnDisk) -> InfoRow {
         f.checksum as i64,
         f.version as i32,
         true,
-        state_name(b.state),
+        snapbuild_core::SnapBuildState::name_of_raw(b.state).to_owned(),
         Xid(b.xmin),
         Xid(b.xmax),
         b.start_decoding_at.into(),

@@ -220,7 +220,7 @@ fn snapbuild_historic_snapshot_from_file(
             format!(
                 "no historic snapshot in \"{}\": its state is {}",
                 snapfiles::path_for(lsn),
-                crate::sql::snapshot_files::state_name(file.builder.state)
+                SnapBuildState::name_of_raw(file.builder.state)
             ),
         );
     }
@@ -233,7 +233,7 @@ fn snapbuild_historic_snapshot_from_file(
         cid_i32(s.curcid),
         lsn.into(),
         format!("restored file {}", snapfiles::path_for(lsn)),
-        crate::sql::snapshot_files::state_name(file.builder.state),
+        SnapBuildState::name_of_raw(file.builder.state).to_owned(),
     )])
 }
 

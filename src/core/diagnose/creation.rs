@@ -7,7 +7,7 @@
 //! DecodingContextFindStartpoint runs it while a slot is created.
 
 use super::facts::{bytes_between, BuilderFacts, Holder, ServerFacts, SlotFacts};
-use super::finding::{state_name, Finding, FindingKind};
+use super::finding::{Finding, FindingKind};
 use super::remedy::wal_remedy;
 use super::waits::{wait_finding, waited_xids};
 use crate::include::snapbuild::SnapBuildState;
@@ -65,7 +65,7 @@ pub(super) fn creation_findings(
             format!(
                 "slot \"{}\" is being created{by}: the snapshot builder is in {}{since}; to reach {next} every transaction older than {} must end and a newer RUNNING_XACTS show it: {} of them were running{at}{creator_wait}",
                 slot.name,
-                state_name(s),
+                s.c_name(),
                 b.next_phase_at,
                 waited.len()
             )

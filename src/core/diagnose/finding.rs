@@ -5,7 +5,6 @@
 //! Not a PostgreSQL file; the state names are snapbuild.h's SnapBuildState.
 
 use super::facts::{Backend, Prepared, ServerFacts};
-use crate::include::snapbuild::SnapBuildState;
 use crate::include::transam::TransactionId;
 use crate::include::xlogdefs::Lsn;
 
@@ -106,15 +105,6 @@ impl Finding {
             finding,
             ..Default::default()
         }
-    }
-}
-
-pub(super) fn state_name(s: SnapBuildState) -> &'static str {
-    match s {
-        SnapBuildState::Start => "START",
-        SnapBuildState::BuildingSnapshot => "BUILDING_SNAPSHOT",
-        SnapBuildState::FullSnapshot => "FULL_SNAPSHOT",
-        SnapBuildState::Consistent => "CONSISTENT",
     }
 }
 

@@ -23,7 +23,7 @@
 //! confirmed past a RUNNING_XACTS record logged after that.
 
 use super::facts::{BuilderFacts, Holder, ServerFacts, SlotFacts};
-use super::finding::{state_name, Finding, FindingKind};
+use super::finding::{Finding, FindingKind};
 use super::remedy::{primary_remedy, wal_remedy};
 use super::waits::{builder_waits, on_primary, wait_finding, xid_status, XidStatus};
 use crate::include::snapbuild::SnapBuildState;
@@ -272,7 +272,7 @@ pub(super) fn copy_findings(
                 Some(b) => format!(
                     "; a decoder started at {} is in {} after the replay to {}, waiting for {} transaction(s) older than {} and a newer RUNNING_XACTS",
                     slot.restart_lsn,
-                    state_name(b.state.unwrap_or(SnapBuildState::Start)),
+                    b.state.unwrap_or(SnapBuildState::Start).c_name(),
                     b.replayed_to,
                     builder_waits(b).len(),
                     b.next_phase_at

@@ -54,6 +54,23 @@ impl SnapBuildState {
             Self::Consistent => "consistent",
         }
     }
+
+    /// The name pg_logicalinspect gives a raw state value read from a `.snap` file:
+    /// [`SnapBuildState::as_str`], or `unknown state` for any other value.
+    pub fn name_of_raw(raw: i32) -> &'static str {
+        Self::from_raw(raw).map_or("unknown state", Self::as_str)
+    }
+
+    /// The state's name in snapbuild.h, without its `SNAPBUILD_` prefix
+    /// (`BUILDING_SNAPSHOT`): how the diagnosis' sentences name it.
+    pub fn c_name(self) -> &'static str {
+        match self {
+            Self::Start => "START",
+            Self::BuildingSnapshot => "BUILDING_SNAPSHOT",
+            Self::FullSnapshot => "FULL_SNAPSHOT",
+            Self::Consistent => "CONSISTENT",
+        }
+    }
 }
 
 /// Why the builder built the snapshot it currently hands out.

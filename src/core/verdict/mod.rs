@@ -29,8 +29,8 @@ pub use debug_lines::DebugLines;
 pub use invalidation::judge_invalidation;
 pub use log_lines::LogLines;
 pub use snap_file::{
-    bytes_with_writer_fields, compare_with_server, state_name, writes_same_file, FileComparison,
-    FileFact, LogWriters, LoggedWriter,
+    bytes_with_writer_fields, compare_with_server, writes_same_file, FileComparison, FileFact,
+    LogWriters, LoggedWriter,
 };
 
 /// The server's verdict beside one replayed step (the trace's `server_*`, `agrees`,
@@ -139,7 +139,9 @@ fn judge_row_without_log_lines(row: &TraceRow, facts: &RowFacts) -> Verdict {
     if row.restored_from.is_some() {
         // The replay restored the file; whether the server's decoder did is not in the file.
         let server_state = match &facts.file {
-            FileFact::Read { file, .. } => Some(state_name(file.builder.state)),
+            FileFact::Read { file, .. } => {
+                Some(SnapBuildState::name_of_raw(file.builder.state).to_owned())
+            }
             _ => None,
         };
         return Verdict {

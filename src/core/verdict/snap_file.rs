@@ -268,7 +268,7 @@ fn judge_by_logged_writers(file: &SnapBuildOnDisk, raw: &[u8], facts: &RowFacts)
         .partition(|w| writes_same_file(w.file.as_ref().unwrap(), file));
     let names = |v: &[&LoggedWriter]| v.iter().map(|w| w.name()).collect::<Vec<_>>().join(", ");
     let base = Verdict {
-        server_state: Some(state_name(file.builder.state)),
+        server_state: Some(SnapBuildState::name_of_raw(file.builder.state).to_owned()),
         server_source: Some(facts.path.clone()),
         ..Verdict::default()
     };
@@ -314,15 +314,6 @@ fn judge_by_logged_writers(file: &SnapBuildOnDisk, raw: &[u8], facts: &RowFacts)
             names(&other)
         ))
     }
-}
-
-/// The name pg_logicalinspect gives a raw SnapBuildState value (`unknown state` for any
-/// other value).
-pub fn state_name(raw: i32) -> String {
-    SnapBuildState::from_raw(raw)
-        .map(|s| s.as_str())
-        .unwrap_or("unknown state")
-        .to_owned()
 }
 
 /// `d` marked undecided: prefixed `undecided: ` unless it already is.
@@ -420,7 +411,7 @@ pub(super) fn judge_serialized(
                 None => agrees,
             };
             Verdict {
-                server_state: Some(state_name(file.builder.state)),
+                server_state: Some(SnapBuildState::name_of_raw(file.builder.state).to_owned()),
                 server_source: Some(facts.path.clone()),
                 agrees,
                 disagreement: (!text.is_empty()).then(|| text.join("; ")),
