@@ -1,19 +1,19 @@
 //! What the WAL reader needs that differs between PostgreSQL 14 and 15+: the page reader
 //! that stops at the end of flushed WAL instead of waiting (15's
 //! read_local_xlog_page_no_wait, or its equivalent on 14), finding the first record,
-//! where the decoded record's fields live, the flush position and the resource manager
-//! table. What is the same on every major (allocating the reader, its end-of-WAL flag,
-//! how far WAL can be read) is written once here; each major's own part is in `pg15_up`
-//! or `pg14`.
+//! where the decoded record's fields live and the resource manager table. What is the
+//! same on every major (allocating the reader, its end-of-WAL flag) is written once here;
+//! each major's own part is in `pg15_up` or `pg14`. (How far WAL can be read is
+//! `position.rs`'s.)
 
 use super::read_ahead::{self, Private};
 use pgrx::pg_sys;
 
 #[cfg(not(feature = "pg14"))]
-pub use pg15_up::{current, find_first, flush_rec_ptr, rmgr, Server};
+pub use pg15_up::{current, find_first, rmgr, Server};
 
 #[cfg(feature = "pg14")]
-pub use pg14::{current, find_first, rmgr, GetFlushRecPtr as flush_rec_ptr, Server};
+pub use pg14::{current, find_first, rmgr, Server};
 
 /// The fields of the current record, read from whichever struct this major keeps them in.
 pub struct Current {
@@ -55,17 +55,6 @@ pub unsafe fn allocate() -> *mut pg_sys::XLogReaderState {
 pub unsafe fn end_of_wal(reader: *mut pg_sys::XLogReaderState) -> bool {
     let private = (*reader).private_data as *mut Private<Server>;
     (*private).server.end_of_wal
-}
-
-/// How far WAL can be read: `GetFlushRecPtr` on a primary, `GetXLogReplayRecPtr` on a
-/// standby (as read_local_xlog_page_guts and pg_walinspect's GetCurrentLSN choose; on
-/// 14, read_local_xlog_page).
-pub unsafe fn flush_ptr() -> u64 {
-    if pg_sys::RecoveryInProgress() {
-        pg_sys::GetXLogReplayRecPtr(std::ptr::null_mut())
-    } else {
-        flush_rec_ptr()
-    }
 }
 
 /// The database of the relation of the current record's block reference `block`
@@ -132,11 +121,6 @@ mod pg15_up {
         }
     }
 
-    /// The flush position on a primary (15+ also gives the insert timeline, not wanted).
-    pub unsafe fn flush_rec_ptr() -> u64 {
-        pg_sys::GetFlushRecPtr(std::ptr::null_mut())
-    }
-
     /// rm_name and rm_identify of a resource manager, if it exists.
     pub unsafe fn rmgr(rmid: u8) -> Option<pg_sys::RmgrData> {
         pg_sys::RmgrIdExists(rmid as pg_sys::RmgrId)
@@ -149,8 +133,9 @@ mod pg14 {
     //! 14: no no-wait page reader and no backend XLogFindNextRecord; the decoded record's
     //! fields sit in the reader itself. The page callback stops at the flushed end of WAL
     //! instead of waiting there, as 15's read_local_xlog_page_no_wait does.
+    use super::super::position::flush_ptr;
     use super::super::read_ahead::{self, Private, ServerPageRead};
-    use super::{flush_ptr, Current};
+    use super::Current;
     use pgrx::pg_sys;
 
     /// The private data of the page reader below: its end-of-WAL flag.
@@ -171,7 +156,6 @@ mod pg14 {
             target_rec_ptr: pg_sys::XLogRecPtr,
             cur_page: *mut std::ffi::c_char,
         ) -> std::ffi::c_int;
-        pub fn GetFlushRecPtr() -> pg_sys::XLogRecPtr;
     }
 
     /// Page reader that reports the end of WAL instead of waiting for more.

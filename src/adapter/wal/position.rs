@@ -9,8 +9,6 @@ use snapbuild_core::Lsn;
 
 use crate::adapter::raise;
 
-use super::compat;
-
 /// Whether the WAL segment holding `lsn` has not been removed yet
 /// (XLogGetLastRemovedSegno).
 pub fn is_available(lsn: Lsn) -> bool {
@@ -58,7 +56,35 @@ pub fn segment_written_at(lsn: Lsn) -> Option<i64> {
 /// recovery replays; GetFlushRecPtr is meaningless during recovery). The WAL reader's page
 /// callback (xlogutils.c read_local_xlog_page_guts) reads up to the same position.
 pub fn flush_lsn() -> Lsn {
-    Lsn(unsafe { compat::flush_ptr() })
+    Lsn(unsafe { flush_ptr() })
+}
+
+/// How far WAL can be read, as an `XLogRecPtr`: `GetFlushRecPtr` on a primary,
+/// `GetXLogReplayRecPtr` on a standby (as read_local_xlog_page_guts and pg_walinspect's
+/// GetCurrentLSN choose; on 14, read_local_xlog_page).
+pub unsafe fn flush_ptr() -> u64 {
+    unsafe {
+        if pg_sys::RecoveryInProgress() {
+            pg_sys::GetXLogReplayRecPtr(std::ptr::null_mut())
+        } else {
+            flush_rec_ptr()
+        }
+    }
+}
+
+/// The flush position on a primary (15+ also gives the insert timeline, not wanted).
+#[cfg(not(feature = "pg14"))]
+unsafe fn flush_rec_ptr() -> u64 {
+    unsafe { pg_sys::GetFlushRecPtr(std::ptr::null_mut()) }
+}
+
+/// The flush position on a primary (14's GetFlushRecPtr takes no argument).
+#[cfg(feature = "pg14")]
+unsafe fn flush_rec_ptr() -> u64 {
+    unsafe extern "C-unwind" {
+        fn GetFlushRecPtr() -> pg_sys::XLogRecPtr;
+    }
+    unsafe { GetFlushRecPtr() }
 }
 
 /// Whether this server is in recovery (a standby): `RecoveryInProgress`.

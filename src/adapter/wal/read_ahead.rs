@@ -138,7 +138,7 @@ unsafe fn fill(
         let upto = if s.currTLIValidUntil != 0 {
             s.currTLIValidUntil
         } else if primary_before && !pg_sys::RecoveryInProgress() {
-            super::compat::flush_ptr()
+            super::position::flush_ptr()
         } else if pg_sys::RecoveryInProgress() {
             let mut tli: pg_sys::TimeLineID = 0;
             let upto = pg_sys::GetXLogReplayRecPtr(&mut tli);

@@ -9,12 +9,12 @@
 //! xl_running_xacts, pg_stat_activity, pg_prepared_xacts and pg_locks.
 
 use super::forecast::Forecast;
-use super::slotsync::SyncedCopy;
 use crate::include::snapbuild::SnapBuildState;
 use crate::include::standbydefs::RunningXacts;
 use crate::include::transam::TransactionId;
 use crate::include::version::PgVersion;
 use crate::include::xlogdefs::Lsn;
+use crate::server_log::leading_lsn;
 
 /// What a replay of the slot from its restart_lsn to the flush position reached.
 #[derive(Clone, Debug, Default)]
@@ -174,6 +174,76 @@ pub(super) fn bytes_between(from: Lsn, to: Lsn) -> i64 {
 
 /// Facts the tests of the diagnosis build on: a server, a RUNNING_XACTS record, a slot
 /// being created, a backend.
+/// What the diagnosis knows of a synced copy beyond the slot's own fields.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncedCopy {
+    /// `RS_TEMPORARY`: not sync-ready; it is not kept over a promotion.
+    pub temporary: bool,
+    /// The last `could not synchronize replication slot` line about this slot in the
+    /// server log, when the log was read and has one.
+    pub last_skip: Option<SyncSkip>,
+}
+
+/// One `could not synchronize replication slot` line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncSkip {
+    /// When it was logged: microseconds since 2000-01-01 UTC.
+    pub at: i64,
+    pub reason: SyncSkipReason,
+}
+
+/// Why the synchronization kept the copy temporary, as its DETAIL says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncSkipReason {
+    /// update_local_synced_slot: the remote slot is behind what the standby reserved.
+    RemoteBehind {
+        remote_restart_lsn: Lsn,
+        remote_catalog_xmin: TransactionId,
+        local_restart_lsn: Lsn,
+        local_catalog_xmin: TransactionId,
+    },
+    /// update_and_persist_local_synced_slot: the fast-forward decoder from the copy's
+    /// restart_lsn was not consistent at the remote confirmed_flush.
+    NoConsistentSnapshot { restart_lsn: Lsn },
+}
+
+impl SyncSkipReason {
+    /// The reason a DETAIL line gives, in the wordings of 17.x and 18.x: two LSNs and two
+    /// catalog xmins (remote first, then the standby's), or one LSN (no consistent
+    /// snapshot from there). `None` for anything else.
+    pub fn from_detail(detail: &str) -> Option<Self> {
+        let mut lsns = Vec::new();
+        let mut rest = detail;
+        while let Some(p) = rest.find("LSN") {
+            rest = &rest[p + 3..];
+            let t = rest.trim_start_matches([' ', '(']);
+            if let Some((l, after)) = leading_lsn(t) {
+                lsns.push(l);
+                rest = after;
+            }
+        }
+        let mut xmins = Vec::new();
+        let mut rest = detail;
+        while let Some(p) = rest.find("catalog xmin ") {
+            rest = &rest[p + 13..];
+            let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+            if let Ok(x) = digits.parse::<TransactionId>() {
+                xmins.push(x);
+            }
+        }
+        match (lsns.as_slice(), xmins.as_slice()) {
+            ([r, l], [rx, lx]) => Some(SyncSkipReason::RemoteBehind {
+                remote_restart_lsn: *r,
+                remote_catalog_xmin: *rx,
+                local_restart_lsn: *l,
+                local_catalog_xmin: *lx,
+            }),
+            ([l], []) => Some(SyncSkipReason::NoConsistentSnapshot { restart_lsn: *l }),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 pub(super) mod samples {
     use super::*;
@@ -224,5 +294,46 @@ pub(super) mod samples {
             state: Some("idle in transaction".into()),
             ..Default::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn details_of_17_and_18() {
+        let d = "Synchronization could lead to data loss, because the remote slot needs WAL at LSN 0/3003F28 and catalog xmin 754, but the standby has LSN 0/3003F28 and catalog xmin 756.";
+        assert_eq!(
+            SyncSkipReason::from_detail(d),
+            Some(SyncSkipReason::RemoteBehind {
+                remote_restart_lsn: Lsn(0x3003F28),
+                remote_catalog_xmin: 754,
+                local_restart_lsn: Lsn(0x3003F28),
+                local_catalog_xmin: 756,
+            })
+        );
+        let d = "The remote slot has LSN 0/5000060 and catalog xmin 740, but the local slot has LSN 0/5000098 and catalog xmin 741.";
+        assert_eq!(
+            SyncSkipReason::from_detail(d),
+            Some(SyncSkipReason::RemoteBehind {
+                remote_restart_lsn: Lsn(0x5000060),
+                remote_catalog_xmin: 740,
+                local_restart_lsn: Lsn(0x5000098),
+                local_catalog_xmin: 741,
+            })
+        );
+        for d in [
+            "Synchronization could lead to data loss, because the standby could not build a consistent snapshot to decode WALs at LSN 0/30000D8.",
+            "Logical decoding could not find consistent point from local slot's LSN 0/30000D8.",
+        ] {
+            assert_eq!(
+                SyncSkipReason::from_detail(d),
+                Some(SyncSkipReason::NoConsistentSnapshot {
+                    restart_lsn: Lsn(0x30000D8)
+                })
+            );
+        }
+        assert_eq!(SyncSkipReason::from_detail("something else"), None);
     }
 }

@@ -336,9 +336,9 @@ mod tests {
     use super::super::diagnose;
     use super::super::facts::samples::{backend, creating, running, server};
     use super::super::facts::Horizon;
+    use super::super::facts::{SyncSkip, SyncSkipReason, SyncedCopy};
     use super::super::finding::samples::kinds;
     use super::super::health::health;
-    use super::super::slotsync::{SyncSkip, SyncSkipReason, SyncedCopy};
     use super::super::waits::wanted_xids;
     use super::*;
     use crate::include::snapbuild::SnapBuildState;

@@ -30,10 +30,10 @@ pub mod watch;
 pub use facts::{
     Backend, BuilderFacts, Holder, HolderKind, Horizon, Prepared, ServerFacts, SlotFacts,
 };
+pub use facts::{SyncSkip, SyncSkipReason, SyncedCopy};
 pub use finding::{Finding, FindingKind};
 pub use forecast::{forecast, Forecast, ForecastLsn, ForecastXid};
 pub use health::{health, Health};
-pub use slotsync::{SyncSkip, SyncSkipReason, SyncedCopy};
 pub use waits::{builder_waits, holding_xids, waited_xids, wanted_xids};
 
 use creation::creation_findings;

@@ -22,84 +22,14 @@
 //! copy's catalog_xmin has ended on the primary and the slot's consumer there has
 //! confirmed past a RUNNING_XACTS record logged after that.
 
-use super::facts::{BuilderFacts, Holder, ServerFacts, SlotFacts};
+use super::facts::{
+    BuilderFacts, Holder, ServerFacts, SlotFacts, SyncSkip, SyncSkipReason, SyncedCopy,
+};
 use super::finding::{Finding, FindingKind};
 use super::remedy::{primary_remedy, wal_remedy};
-use super::waits::{builder_waits, on_primary, wait_finding, xid_status, XidStatus};
+use super::waits::{builder_waits, older_running, on_primary, wait_finding, xid_status, XidStatus};
 use crate::include::snapbuild::SnapBuildState;
 use crate::include::transam::{self, TransactionId};
-use crate::include::xlogdefs::Lsn;
-use crate::server_log::leading_lsn;
-
-/// What the diagnosis knows of a synced copy beyond the slot's own fields.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SyncedCopy {
-    /// `RS_TEMPORARY`: not sync-ready; it is not kept over a promotion.
-    pub temporary: bool,
-    /// The last `could not synchronize replication slot` line about this slot in the
-    /// server log, when the log was read and has one.
-    pub last_skip: Option<SyncSkip>,
-}
-
-/// One `could not synchronize replication slot` line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SyncSkip {
-    /// When it was logged: microseconds since 2000-01-01 UTC.
-    pub at: i64,
-    pub reason: SyncSkipReason,
-}
-
-/// Why the synchronization kept the copy temporary, as its DETAIL says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SyncSkipReason {
-    /// update_local_synced_slot: the remote slot is behind what the standby reserved.
-    RemoteBehind {
-        remote_restart_lsn: Lsn,
-        remote_catalog_xmin: TransactionId,
-        local_restart_lsn: Lsn,
-        local_catalog_xmin: TransactionId,
-    },
-    /// update_and_persist_local_synced_slot: the fast-forward decoder from the copy's
-    /// restart_lsn was not consistent at the remote confirmed_flush.
-    NoConsistentSnapshot { restart_lsn: Lsn },
-}
-
-impl SyncSkipReason {
-    /// The reason a DETAIL line gives, in the wordings of 17.x and 18.x: two LSNs and two
-    /// catalog xmins (remote first, then the standby's), or one LSN (no consistent
-    /// snapshot from there). `None` for anything else.
-    pub fn from_detail(detail: &str) -> Option<Self> {
-        let mut lsns = Vec::new();
-        let mut rest = detail;
-        while let Some(p) = rest.find("LSN") {
-            rest = &rest[p + 3..];
-            let t = rest.trim_start_matches([' ', '(']);
-            if let Some((l, after)) = leading_lsn(t) {
-                lsns.push(l);
-                rest = after;
-            }
-        }
-        let mut xmins = Vec::new();
-        let mut rest = detail;
-        while let Some(p) = rest.find("catalog xmin ") {
-            rest = &rest[p + 13..];
-            let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-            if let Ok(x) = digits.parse::<TransactionId>() {
-                xmins.push(x);
-            }
-        }
-        match (lsns.as_slice(), xmins.as_slice()) {
-            ([r, l], [rx, lx]) => Some(SyncSkipReason::RemoteBehind {
-                remote_restart_lsn: *r,
-                remote_catalog_xmin: *rx,
-                local_restart_lsn: *l,
-                local_catalog_xmin: *lx,
-            }),
-            ([l], []) => Some(SyncSkipReason::NoConsistentSnapshot { restart_lsn: *l }),
-            _ => None,
-        }
-    }
-}
 
 fn quote(s: &str) -> String {
     s.replace('\'', "''")
@@ -116,26 +46,6 @@ fn remote_query(slot: &SlotFacts) -> String {
 /// What a consumer confirming on the primary adds to a remedy.
 const CONFIRM_ON_PRIMARY: &str =
     ", then let the slot's consumer on the primary confirm past that record (the next synchronization takes the positions)";
-
-/// The xids of the primary running as far as this standby knows that are older than
-/// the copy's catalog_xmin: while any runs, the remote catalog_xmin cannot reach the
-/// copy's. Oldest first; at most `limit`.
-pub fn older_running(slot: &SlotFacts, server: &ServerFacts, limit: usize) -> Vec<TransactionId> {
-    let c = slot.catalog_xmin;
-    if !transam::is_normal(c) {
-        return Vec::new();
-    }
-    let mut v: Vec<TransactionId> = server
-        .running
-        .iter()
-        .copied()
-        .filter(|x| transam::is_normal(*x) && transam::precedes(*x, c))
-        .collect();
-    v.sort_by(|a, b| transam::precedes_order(*a, *b));
-    v.dedup();
-    v.truncate(limit);
-    v
-}
 
 /// How many of the rows below name one transaction each, at most.
 const MAX_ROWS: usize = 10;
@@ -334,46 +244,5 @@ pub fn copy_waits(
             .filter(|b| b.state != Some(SnapBuildState::Consistent))
             .map(builder_waits)
             .unwrap_or_default(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn details_of_17_and_18() {
-        let d = "Synchronization could lead to data loss, because the remote slot needs WAL at LSN 0/3003F28 and catalog xmin 754, but the standby has LSN 0/3003F28 and catalog xmin 756.";
-        assert_eq!(
-            SyncSkipReason::from_detail(d),
-            Some(SyncSkipReason::RemoteBehind {
-                remote_restart_lsn: Lsn(0x3003F28),
-                remote_catalog_xmin: 754,
-                local_restart_lsn: Lsn(0x3003F28),
-                local_catalog_xmin: 756,
-            })
-        );
-        let d = "The remote slot has LSN 0/5000060 and catalog xmin 740, but the local slot has LSN 0/5000098 and catalog xmin 741.";
-        assert_eq!(
-            SyncSkipReason::from_detail(d),
-            Some(SyncSkipReason::RemoteBehind {
-                remote_restart_lsn: Lsn(0x5000060),
-                remote_catalog_xmin: 740,
-                local_restart_lsn: Lsn(0x5000098),
-                local_catalog_xmin: 741,
-            })
-        );
-        for d in [
-            "Synchronization could lead to data loss, because the standby could not build a consistent snapshot to decode WALs at LSN 0/30000D8.",
-            "Logical decoding could not find consistent point from local slot's LSN 0/30000D8.",
-        ] {
-            assert_eq!(
-                SyncSkipReason::from_detail(d),
-                Some(SyncSkipReason::NoConsistentSnapshot {
-                    restart_lsn: Lsn(0x30000D8)
-                })
-            );
-        }
-        assert_eq!(SyncSkipReason::from_detail("something else"), None);
     }
 }

@@ -13,7 +13,6 @@
 use super::facts::{Backend, BuilderFacts, Holder, HolderKind, ServerFacts, SlotFacts};
 use super::finding::{Finding, FindingKind};
 use super::remedy::{backend_remedy, prepared_remedy, primary_remedy, wal_remedy};
-use super::slotsync;
 use crate::include::snapbuild::SnapBuildState;
 use crate::include::transam::{self, TransactionId};
 use crate::include::xlogdefs::Lsn;
@@ -146,7 +145,7 @@ pub fn wanted_xids(
 ) -> Vec<TransactionId> {
     let mut v = Vec::new();
     if slot.synced.as_ref().is_some_and(|c| c.temporary) {
-        v.extend(slotsync::older_running(slot, server, usize::MAX));
+        v.extend(older_running(slot, server, usize::MAX));
         if slot.confirmed_flush.is_some() {
             v.extend(b.map(builder_waits).unwrap_or_default());
         }
@@ -268,6 +267,26 @@ pub(super) fn wait_finding(
     f.xid = Some(x);
     f.lsn = last_lsn;
     (f, running)
+}
+
+/// The xids of the primary running as far as this standby knows that are older than
+/// the copy's catalog_xmin: while any runs, the remote catalog_xmin cannot reach the
+/// copy's. Oldest first; at most `limit`.
+pub fn older_running(slot: &SlotFacts, server: &ServerFacts, limit: usize) -> Vec<TransactionId> {
+    let c = slot.catalog_xmin;
+    if !transam::is_normal(c) {
+        return Vec::new();
+    }
+    let mut v: Vec<TransactionId> = server
+        .running
+        .iter()
+        .copied()
+        .filter(|x| transam::is_normal(*x) && transam::precedes(*x, c))
+        .collect();
+    v.sort_by(|a, b| transam::precedes_order(*a, *b));
+    v.dedup();
+    v.truncate(limit);
+    v
 }
 
 #[cfg(test)]
