@@ -223,6 +223,98 @@ macro_rules! put_columns_fn {
 }
 with_trace_columns!(put_columns_fn! {});
 
+/// A column's value in `snapbuild_trace_json`: what `row_to_json` gives for the SQL
+/// column (`pg_lsn` and `xid` as their text, NULL as null).
+trait JsonValue {
+    fn json(self) -> serde_json::Value;
+}
+
+impl JsonValue for PgLsn {
+    fn json(self) -> serde_json::Value {
+        snapbuild_core::Lsn(self.0).to_string().into()
+    }
+}
+
+impl JsonValue for Xid {
+    fn json(self) -> serde_json::Value {
+        self.0.to_string().into()
+    }
+}
+
+impl JsonValue for StaticText {
+    fn json(self) -> serde_json::Value {
+        self.text().into()
+    }
+}
+
+impl JsonValue for bool {
+    fn json(self) -> serde_json::Value {
+        self.into()
+    }
+}
+
+impl JsonValue for String {
+    fn json(self) -> serde_json::Value {
+        self.into()
+    }
+}
+
+impl<T: JsonValue> JsonValue for Option<T> {
+    fn json(self) -> serde_json::Value {
+        self.map_or(serde_json::Value::Null, JsonValue::json)
+    }
+}
+
+impl<T: JsonValue> JsonValue for Vec<T> {
+    fn json(self) -> serde_json::Value {
+        serde_json::Value::Array(self.into_iter().map(JsonValue::json).collect())
+    }
+}
+
+/// `fn json_columns`: one row's columns as a JSON object keyed by the columns' names.
+macro_rules! json_columns_fn {
+    ({} [ $($col:ident : [$($ty:tt)*]),* $(,)? ]) => {
+        fn json_columns(c: Columns) -> serde_json::Map<String, serde_json::Value> {
+            let ( $($col),* ) = c;
+            let mut m = serde_json::Map::new();
+            $( m.insert(stringify!($col).to_owned(), $col.json()); )*
+            m
+        }
+    };
+}
+with_trace_columns!(json_columns_fn! {});
+
+/// One trace row as `snapbuild_trace_json` gives it: the SQL row's columns under their
+/// names, with what they show of the row in more detail beside them: `commit_verdict`
+/// (SnapBuildCommitTxn's verdict, whole), `serialized` (the `.snap` file the replay
+/// writes, whole), `serialize_context` (what its xmin rests on), `restored_from` (the
+/// file restored on branch b), `candidate_xmin_lsn` and `candidate_restart_valid` (the
+/// LSNs of the slot candidates), `interesting` (whether the default trace shows the row).
+fn json_row(t: &Traced, p: &BuilderParams, texts: &mut StaticTexts) -> serde_json::Value {
+    let mut m = json_columns(columns(t, p, texts));
+    let r = &t.row;
+    let mut put = |k: &str, v: serde_json::Result<serde_json::Value>| {
+        m.insert(k.to_owned(), v.unwrap_or(serde_json::Value::Null));
+    };
+    put("commit_verdict", serde_json::to_value(&r.commit));
+    put("serialized", serde_json::to_value(&r.serialized));
+    put(
+        "serialize_context",
+        serde_json::to_value(&r.serialize_context),
+    );
+    put("restored_from", serde_json::to_value(r.restored_from));
+    put(
+        "candidate_xmin_lsn",
+        serde_json::to_value(r.candidate_xmin.map(|c| c.0)),
+    );
+    put(
+        "candidate_restart_valid",
+        serde_json::to_value(r.candidate_restart.map(|c| c.0)),
+    );
+    put("interesting", Ok(r.interesting.into()));
+    serde_json::Value::Object(m)
+}
+
 /// A set-returning trace function: the item given, returning the trace's columns.
 macro_rules! trace_function {
     ({ $(#[$attr:meta])* fn $name:ident ( $($arg:tt)* ) $body:block }
@@ -392,8 +484,10 @@ pub const TRACE_JSON_MAX_BYTES: usize = 64 << 20;
 #[pg_extern(strict)]
 fn snapbuild_trace_json(slot_name: PgName, all_records: default!(bool, false)) -> JsonText {
     let rows = TraceIter::start(context::for_slot(&slot_name.0, all_records));
+    let p = rows.ctx.input.params.clone();
+    let mut texts = StaticTexts::new(rows.ctx.memory_context());
     JsonText(json_array(
-        rows,
+        rows.map(|t| (t.row.lsn, json_row(&t, &p, &mut texts))),
         TRACE_JSON_MAX_BYTES,
         &slot_name.0,
         all_records,
@@ -402,23 +496,21 @@ fn snapbuild_trace_json(slot_name: PgName, all_records: default!(bool, false)) -
 
 /// The rows as one JSON array text, at most `limit` bytes long, else `program_limit_exceeded`.
 fn json_array(
-    rows: impl Iterator<Item = Traced>,
+    rows: impl Iterator<Item = (snapbuild_core::Lsn, serde_json::Value)>,
     limit: usize,
     slot_name: &str,
     all_records: bool,
 ) -> String {
     let mut out = String::from("[");
     let mut n = 0u64;
-    for t in rows {
-        // Through a Value: its object keys come out in one (sorted) order.
-        let text = serde_json::to_value(&t)
-            .and_then(|v| serde_json::to_string(&v))
-            .unwrap_or_else(|e| {
-                raise(
-                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                    format!("could not serialize trace: {e}"),
-                )
-            });
+    for (lsn, row) in rows {
+        // A Value's object keys come out in one (sorted) order.
+        let text = serde_json::to_string(&row).unwrap_or_else(|e| {
+            raise(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                format!("could not serialize trace: {e}"),
+            )
+        });
         if out.len() + 1 + text.len() + 1 > limit {
             raise_with_hint(
                 PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
@@ -426,10 +518,7 @@ fn json_array(
                     "the trace of slot \"{slot_name}\" is longer than {} MiB of JSON",
                     limit >> 20
                 ),
-                format!(
-                    "{n} rows fitted; the next one is at LSN {}.",
-                    t.row.lsn
-                ),
+                format!("{n} rows fitted; the next one is at LSN {lsn}."),
                 format!(
                     "Read the trace row by row from the set-returning snapbuild_trace('{slot_name}', {all_records}), e.g. SELECT row_to_json(t) FROM snapbuild_trace(...) t, which streams."
                 ),

@@ -153,6 +153,15 @@ unsafe impl SqlTranslatable for JsonText {
 #[derive(Clone, Copy, Debug)]
 pub struct StaticText(pg_sys::Datum);
 
+impl StaticText {
+    /// The text the datum holds.
+    pub fn text(self) -> String {
+        // SAFETY: the datum is a `text` made by [`StaticTexts::get`] in a context that
+        // outlives the rows.
+        unsafe { <String as pgrx::FromDatum>::from_datum(self.0, false) }.unwrap_or_default()
+    }
+}
+
 impl IntoDatum for StaticText {
     fn into_datum(self) -> Option<pg_sys::Datum> {
         Some(self.0)
