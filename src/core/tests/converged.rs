@@ -16,6 +16,27 @@ use snapbuild_core::{BuilderParams, PgVersion, RunningXacts};
 mod common;
 use common::Rng;
 
+/// A commit record's payload in database 5.
+fn commit(xid: u32, subxacts: Vec<u32>, has_invals: bool, gid: String) -> Payload {
+    Payload::Commit {
+        xid,
+        subxacts,
+        has_invals,
+        db_id: 5,
+        gid,
+    }
+}
+
+/// An abort record's payload in database 5.
+fn abort(xid: u32, subxacts: Vec<u32>, gid: String) -> Payload {
+    Payload::Abort {
+        xid,
+        subxacts,
+        db_id: 5,
+        gid,
+    }
+}
+
 /// A plausible history: transactions with changes, subtransactions, commits (some with
 /// catalog changes), aborts, and RUNNING_XACTS records listing what runs.
 fn history(r: &mut Rng, len: usize) -> Vec<(RecordHead, Payload)> {
@@ -73,25 +94,14 @@ fn history(r: &mut Rng, len: usize) -> Vec<(RecordHead, Payload)> {
                     let subxacts = open.remove(&x).unwrap();
                     (
                         head(RecordKind::Abort, RM_XACT_ID, x, 0),
-                        Payload::Abort {
-                            xid: x,
-                            subxacts,
-                            db_id: 5,
-                            gid: String::new(),
-                        },
+                        abort(x, subxacts, String::new()),
                     )
                 }
                 _ => {
                     let subxacts = open.remove(&x).unwrap();
                     (
                         head(RecordKind::Commit, RM_XACT_ID, x, 0),
-                        Payload::Commit {
-                            xid: x,
-                            subxacts,
-                            has_invals: r.below(4) == 0,
-                            db_id: 5,
-                            gid: String::new(),
-                        },
+                        commit(x, subxacts, r.below(4) == 0, String::new()),
                     )
                 }
             }
@@ -250,25 +260,14 @@ fn history_with_prepares(r: &mut Rng, len: usize) -> Vec<(RecordHead, Payload)> 
                     let (subxacts, _) = open.remove(&x).unwrap();
                     (
                         head(RecordKind::AbortPrepared, RM_XACT_ID, 0, 0),
-                        Payload::Abort {
-                            xid: x,
-                            subxacts,
-                            db_id: 5,
-                            gid,
-                        },
+                        abort(x, subxacts, gid),
                     )
                 }
                 (Some(gid), _) => {
                     let (subxacts, _) = open.remove(&x).unwrap();
                     (
                         head(RecordKind::CommitPrepared, RM_XACT_ID, 0, 0),
-                        Payload::Commit {
-                            xid: x,
-                            subxacts,
-                            has_invals: r.below(4) == 0,
-                            db_id: 5,
-                            gid,
-                        },
+                        commit(x, subxacts, r.below(4) == 0, gid),
                     )
                 }
                 (None, 0) => (head(RecordKind::Change, RM_HEAP_ID, x, 0), Payload::None),
@@ -304,25 +303,14 @@ fn history_with_prepares(r: &mut Rng, len: usize) -> Vec<(RecordHead, Payload)> 
                     let (subxacts, _) = open.remove(&x).unwrap();
                     (
                         head(RecordKind::Abort, RM_XACT_ID, x, 0),
-                        Payload::Abort {
-                            xid: x,
-                            subxacts,
-                            db_id: 5,
-                            gid: String::new(),
-                        },
+                        abort(x, subxacts, String::new()),
                     )
                 }
                 (None, _) => {
                     let (subxacts, _) = open.remove(&x).unwrap();
                     (
                         head(RecordKind::Commit, RM_XACT_ID, x, 0),
-                        Payload::Commit {
-                            xid: x,
-                            subxacts,
-                            has_invals: r.below(4) == 0,
-                            db_id: 5,
-                            gid: String::new(),
-                        },
+                        commit(x, subxacts, r.below(4) == 0, String::new()),
                     )
                 }
             }
