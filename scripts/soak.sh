@@ -17,6 +17,7 @@
 #   PGSNAP_SOAK_SCALE       pgbench -i scale (default 10)
 #   PGSNAP_SOAK_GROWTH_MIB  how far a function's backend may grow, last window over first (default 64)
 #   PGSNAP_SOAK_DENY        SQLSTATEs to count as undocumented (e.g. "42704": that run must fail)
+#   PGSNAP_SOAK_TERMINATE_S how often the watcher is terminated (default 10 s)
 #   PGSNAP_BENCH_RELEASE=1  a --release build of the work tree (cargo target dir .work/soak/target);
 #                           default: the build installed in .pg/MAJOR
 #   PGSNAP_BENCH_KEEP=1     leave the cluster running afterwards
@@ -42,7 +43,12 @@ command -v stdbuf >/dev/null || { echo "stdbuf (coreutils) is required" >&2; exi
 
 bench_copy_tree
 # Checkpoints every minute: .snap files are removed and WAL recycled under the loops' feet.
+# The watcher runs too (soak.py terminates it every PGSNAP_SOAK_TERMINATE_S seconds).
 bench_fresh_cluster <<EOF
+shared_preload_libraries = 'pg_snapbuild'
+pg_snapbuild.watch_interval = 1s
+pg_snapbuild.log_waits_after = 1s
+pg_snapbuild.log_holds_after = 10s
 max_replication_slots = 40
 max_wal_senders = 20
 max_prepared_transactions = 10

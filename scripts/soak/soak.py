@@ -10,7 +10,12 @@ For SECONDS it runs, at once:
     replication protocol (pg_recvlogical --create-slot, --start --endpos, --drop-slot); one
     consuming a slot that lives the whole run (soak_keep) every few seconds;
   - one loop per SQL function of the extension, each a single psql session (one backend),
-    calling it on whatever slots and .snap files exist at that moment.
+    calling it on whatever slots and .snap files exist at that moment;
+  - the watcher (the cluster preloads the library; it looks every second and logs waits
+    after 1 s and holds after 10 s), terminated with pg_terminate_backend every
+    PGSNAP_SOAK_TERMINATE_S seconds (default 10); the postmaster must start it again each
+    time (its "exited with exit code 1" after such a terminate is expected, any other exit
+    a crash), and the run reports how many watchers ran and how many looks failed.
 Every psql session runs with VERBOSITY verbose, so each ERROR carries its SQLSTATE. Errors are
 counted per loop and SQLSTATE; the SQLSTATEs each loop may meet are listed in ALLOWED with the
 reason (all documented for those functions: a slot or file that vanished between the listing and
@@ -47,6 +52,7 @@ F_SNAPSHOT = dict(F_COMMON, **{
              "not yet FULL_SNAPSHOT (no historic snapshot to give)",
 })
 ALLOWED = {
+    "watcher: terminated": {},
     "snapbuild_slots": {},
     "snapbuild_snapshot_files": {},
     "snapbuild_snapshot_info": {"58P01": F_COMMON["58P01"]},
@@ -310,6 +316,41 @@ def keep_loop(lp, deadline):
     s.close()
 
 
+def watcher_loop(lp, deadline, every):
+    """Terminates the watcher every `every` seconds; lp.terminated: the pids ended."""
+    s = Psql("soak watcher terminator")
+    seen = set()
+    while time.time() < deadline:
+        time.sleep(every)
+        try:
+            out, errs = s.run("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_snapbuild watcher';")
+            lp.count(errs)
+            for row in out:
+                if row.strip().isdigit():
+                    pid = int(row)
+                    seen.add(pid)
+                    _, errs = s.run(f"SELECT pg_terminate_backend({pid});")
+                    lp.calls += 1
+                    lp.count(errs)
+                    lp.terminated.add(pid)
+        except Lost as e:
+            lp.crashes.append(str(e))
+            time.sleep(1)
+            s = Psql("soak watcher terminator")
+    # The last one terminated is started again within the restart interval (10 s).
+    lp.back = False
+    for _ in range(30):
+        out, _ = s.run("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_snapbuild watcher';")
+        now = {int(r) for r in out if r.strip().isdigit()}
+        seen |= now
+        if now - lp.terminated:
+            lp.back = True
+            break
+        time.sleep(0.5)
+    lp.watchers = len(seen)
+    s.close()
+
+
 def sampler(loops, deadline, stop):
     t0 = time.time()
     while not stop.is_set():
@@ -322,16 +363,21 @@ def sampler(loops, deadline, stop):
         time.sleep(0.25)
 
 
-def server_log_crashes(path, offset):
+def server_log_crashes(path, offset, terminated):
+    """The crash lines of the server log since `offset`, but the exits of the watchers the
+    soak terminated (pids `terminated`), and the count of the watcher's failed looks."""
     pats = ("terminated by signal", "exited with exit code", "PANIC:", "terminated by exception",
             "all server processes terminated", "reinitializing")
-    hits = []
+    expected = {f'background worker "pg_snapbuild watcher" (PID {p}) exited with exit code 1' for p in terminated}
+    hits, failed_looks = [], 0
     with open(path, errors="replace") as f:
         f.seek(offset)
         for line in f:
-            if any(p in line for p in pats):
+            if "pg_snapbuild watcher: a look at the logical slots failed" in line:
+                failed_looks += 1
+            if any(p in line for p in pats) and not any(e in line for e in expected):
                 hits.append(line.strip())
-    return hits
+    return hits, failed_looks
 
 
 def main():
@@ -354,6 +400,10 @@ def main():
     threads.append(threading.Thread(target=sql_slot_loop, args=(slot_loops[0], deadline)))
     threads.append(threading.Thread(target=protocol_slot_loop, args=(slot_loops[1], deadline, outdir)))
     threads.append(threading.Thread(target=keep_loop, args=(slot_loops[2], deadline)))
+    terminate_every = int(os.environ.get("PGSNAP_SOAK_TERMINATE_S", "10"))
+    watcher = Loop("watcher: terminated", "watcher")
+    watcher.terminated, watcher.watchers, watcher.back = set(), 0, False
+    threads.append(threading.Thread(target=watcher_loop, args=(watcher, deadline, terminate_every)))
     stop = threading.Event()
     smp = threading.Thread(target=sampler, args=(fn_loops, deadline, stop))
     for t in threads + [smp]:
@@ -383,7 +433,7 @@ def main():
         ctl2.close()
     except Lost as e:
         now_started = f"lost: {e}"
-    log_crashes = server_log_crashes(server_log, log_offset)
+    log_crashes, failed_looks = server_log_crashes(server_log, log_offset, watcher.terminated)
     with open(os.path.join(outdir, "pgbench.log")) as f:
         btxt = f.read()
     m = re.search(r"number of transactions actually processed: (\d+)", btxt)
@@ -394,7 +444,9 @@ def main():
               "pgbench_rc": bench_rc, "pgbench_transactions": int(m.group(1)) if m else None,
               "pgbench_tps": float(tps.group(1)) if tps else None,
               "postmaster_restarted": now_started != started, "server_log_crashes": log_crashes[:20],
-              "memory_window_s": window, "growth_limit_mib": growth_mib, "loops": []}
+              "memory_window_s": window, "growth_limit_mib": growth_mib,
+              "watcher_terminated": len(watcher.terminated), "watchers": watcher.watchers,
+              "watcher_failed_looks": failed_looks, "loops": []}
     failures = []
     if bench_rc != 0:
         failures.append(f"pgbench exited {bench_rc}")
@@ -402,7 +454,9 @@ def main():
         failures.append(f"postmaster restarted: {started} -> {now_started}")
     if log_crashes:
         failures.append(f"{len(log_crashes)} crash lines in the server log")
-    for lp in fn_loops + slot_loops:
+    if not watcher.back:
+        failures.append("no watcher ran 15 s after the last terminate")
+    for lp in fn_loops + slot_loops + [watcher]:
         r = {"loop": lp.name, "kind": lp.kind, "calls": lp.calls, "errors": lp.errors,
              "undocumented": [{"sqlstate": c, "message": msg} for c, msg in lp.bad],
              "crashes": lp.crashes[:20]}
@@ -436,6 +490,8 @@ def main():
     print(f"soak {seconds} s (wall {wall:.0f} s): pgbench -c {clients}: {result['pgbench_transactions']} transactions, "
           f"{result['pgbench_tps']} tps; postmaster restarts: {int(now_started != started)}; "
           f"crash lines in the server log: {len(log_crashes)}")
+    print(f"watcher: terminated {len(watcher.terminated)} times, {watcher.watchers} watcher processes ran, "
+          f"{failed_looks} looks failed (logged, not crashes)")
     print(f"memory windows: first and last {window:.0f} s")
     print(f"{'loop':40} {'calls':>7} {'errors (SQLSTATE: n)':28} {'peak anon':>9} {'first':>7} {'last':>7} {'VmHWM':>7}")
     for r in result["loops"]:
