@@ -171,6 +171,14 @@ fn ws2_a_long_look_holds_no_snapshot_stops_at_once_and_keeps_its_progress() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(samples >= 20, "only {samples} samples while it read");
+    // No diagnosis names it as what holds a horizon back.
+    let named: Vec<String> = query_column(
+        &mut quick(&env, "pgsnap-ws2-diagnose", false),
+        "SELECT finding FROM snapbuild_diagnose($1) WHERE finding LIKE '%pg_snapbuild watcher%'",
+        &[&slot],
+        "snapbuild_diagnose",
+    );
+    assert!(named.is_empty(), "{named:#?}");
     assert_eq!(
         watcher_activity(&mut c).map(|a| a.1).as_deref(),
         Some(READING_WAL),
