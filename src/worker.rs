@@ -226,16 +226,16 @@ pub extern "C-unwind" fn pg_snapbuild_watcher_main(_arg: pg_sys::Datum) {
         .map(|d| d.to_string_lossy().into_owned())
         .unwrap_or_else(|| "postgres".into());
     BackgroundWorker::connect_worker_to_spi(Some(&database), None);
-    let mut watch = Watch::decode(&shared_state::watch_memory());
+    let kept = Watch::decode(&shared_state::watch_memory());
     log!(
         "pg_snapbuild watcher started{}",
-        if watch.is_some() {
+        if kept.is_some() {
             ", with what the watcher before it had seen"
         } else {
             ""
         }
     );
-    let mut watch = watch.take().unwrap_or_default();
+    let mut watch = kept.unwrap_or_default();
     let mut failures: u32 = 0;
     let mut looks: u64 = 0;
     loop {
