@@ -3,6 +3,7 @@
 use pgrx::prelude::*;
 use snapbuild_core::include::snapbuild::BuiltSnapshot;
 use snapbuild_core::replication::decode::ReplayError;
+use snapbuild_core::replication::reorder_memory::{MemoryRules, ReorderMemory};
 use snapbuild_core::replication::slot_invalidation::{
     detail, determine_cause, Cause, Conflict, Judgement, SlotFacts,
 };
@@ -402,6 +403,21 @@ impl DecodingContext {
         }
     }
 
+    /// Counts the reorder buffer's memory as the decoder would (`rules`): heap changes,
+    /// invalidations and messages are read whole and queued into the replay's
+    /// [`ReorderMemory`]. Before the first record.
+    pub fn count_reorder_memory(&mut self, rules: MemoryRules) {
+        self.replay.builder.reorder.memory = Some(Box::new(ReorderMemory::new(rules)));
+        if let Some(r) = self.reader.as_mut() {
+            r.with_changes = true;
+        }
+    }
+
+    /// The memory accounting [`DecodingContext::count_reorder_memory`] set up.
+    pub fn reorder_memory(&mut self) -> Option<&mut ReorderMemory> {
+        self.replay.builder.reorder.memory.as_deref_mut()
+    }
+
     /// Reads the records that need only their head (heap changes, records only the xid
     /// matters of: most records) as the reader reads them, under one guard per run of
     /// them: one call of the record loop may then feed many of them before the record it
@@ -538,6 +554,7 @@ impl DecodingContext {
             Some(mut r) => {
                 r.with_names = self.input.all_records;
                 r.with_conflicts = self.invalidation.is_some();
+                r.with_changes = self.replay.builder.reorder.memory.is_some();
                 r.batch_heads = self.batch_heads;
                 self.reader = Some(r);
                 self.pending = false;

@@ -11,6 +11,7 @@
 //! Layering: `sql` → `context` → (`adapter`, `snapbuild_core`); `adapter` → core. Nothing
 //! here calls up into `sql`.
 
+pub mod backlog;
 pub mod decoding;
 pub mod diagnose;
 pub mod group;

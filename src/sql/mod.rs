@@ -1,5 +1,6 @@
 //! The SQL functions: thin wrappers that fetch inputs through `adapter` and run the core.
 
+pub mod backlog;
 pub mod diagnose;
 pub mod slot_prediction;
 pub mod slots;

@@ -73,6 +73,57 @@ pub unsafe fn block_db(reader: *mut pg_sys::XLogReaderState, block: u8) -> Optio
     .then(|| loc.dbOid.to_u32())
 }
 
+/// Block 0 of the current record: its data (None without any) and its relation's
+/// database and relfilenumber (0 and 0 without a block 0).
+pub unsafe fn block0<'a>(reader: *mut pg_sys::XLogReaderState) -> (Option<&'a [u8]>, u32, u32) {
+    let mut len: pg_sys::Size = 0;
+    let p = pg_sys::XLogRecGetBlockData(reader, 0, &mut len);
+    let data = (!p.is_null()).then(|| std::slice::from_raw_parts(p as *const u8, len));
+    let (db, rel) = block0_tag(reader).unwrap_or((0, 0));
+    (data, db, rel)
+}
+
+#[cfg(not(any(feature = "pg14", feature = "pg15")))]
+unsafe fn block0_tag(reader: *mut pg_sys::XLogReaderState) -> Option<(u32, u32)> {
+    let mut loc = pg_sys::RelFileLocator::default();
+    pg_sys::XLogRecGetBlockTagExtended(
+        reader,
+        0,
+        &mut loc,
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    )
+    .then(|| (loc.dbOid.to_u32(), loc.relNumber.to_u32()))
+}
+
+#[cfg(feature = "pg15")]
+unsafe fn block0_tag(reader: *mut pg_sys::XLogReaderState) -> Option<(u32, u32)> {
+    let mut node = pg_sys::RelFileNode::default();
+    pg_sys::XLogRecGetBlockTagExtended(
+        reader,
+        0,
+        &mut node,
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    )
+    .then(|| (node.dbNode.to_u32(), node.relNode.to_u32()))
+}
+
+#[cfg(feature = "pg14")]
+unsafe fn block0_tag(reader: *mut pg_sys::XLogReaderState) -> Option<(u32, u32)> {
+    let mut node = pg_sys::RelFileNode::default();
+    pg_sys::XLogRecGetBlockTag(
+        reader,
+        0,
+        &mut node,
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    )
+    .then(|| (node.dbNode.to_u32(), node.relNode.to_u32()))
+}
+
 /// 14 and 15 never invalidate slots in recovery.
 #[cfg(any(feature = "pg14", feature = "pg15"))]
 pub unsafe fn block_db(_reader: *mut pg_sys::XLogReaderState, _block: u8) -> Option<u32> {

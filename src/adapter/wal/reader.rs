@@ -10,6 +10,7 @@ use snapbuild_core::include::heapam_xlog::NewCid;
 use snapbuild_core::include::transam;
 use snapbuild_core::replication::decode::{Payload, RecordHead, RecordKind};
 use snapbuild_core::replication::message::LogicalMessage;
+use snapbuild_core::replication::reorder_memory::ChangeRecord;
 use snapbuild_core::replication::slot_invalidation::{record_conflict, Conflict};
 use snapbuild_core::{Lsn, RunningXacts};
 
@@ -28,6 +29,9 @@ pub struct WalReader {
     pub with_conflicts: bool,
     /// Read records that need only their head in batches ([`WalReader::read_batch`]).
     pub batch_heads: bool,
+    /// Parse heap changes and XACT INVALIDATIONS into their payloads (the memory
+    /// accounting of `snapbuild_backlog` / `snapbuild_decoding_cost`).
+    pub with_changes: bool,
     /// A batch stops after the first record ending past this LSN.
     pub batch_bound: Lsn,
     /// The record [`WalReader::next_record`] read last, filled in place (a record is
@@ -156,6 +160,7 @@ impl WalReader {
             reader,
             with_names: false,
             with_conflicts: false,
+            with_changes: false,
             batch_heads: false,
             batch_bound: Lsn(u64::MAX),
             rec: WalRecord {
@@ -225,6 +230,7 @@ impl WalReader {
         self.batch_heads
             && !self.with_names
             && !self.with_conflicts
+            && !self.with_changes
             && self.lean_at >= self.lean.len()
             && matches!(self.held, Held::Nothing)
     }
@@ -306,7 +312,7 @@ impl WalReader {
                 Held::Null(errormsg) => return unsafe { self.at_null(errormsg) },
                 Held::Nothing => {}
             }
-            if self.with_names || self.with_conflicts || !self.batch_heads {
+            if self.with_names || self.with_conflicts || self.with_changes || !self.batch_heads {
                 let mut errormsg: *mut std::ffi::c_char = std::ptr::null_mut();
                 unsafe {
                     if pg_sys::XLogReadRecord(self.reader, &mut errormsg).is_null() {
@@ -419,12 +425,38 @@ impl WalReader {
                     Ok(m) => Payload::Message {
                         db_id: m.db_id,
                         transactional: m.transactional,
+                        prefix_len: m.prefix.len() as u64,
+                        content_len: m.content.len() as u64,
                     },
                     Err(e) => raise(
                         C::ERRCODE_DATA_CORRUPTED,
                         format!("MESSAGE record at {} is malformed: {e}", head.lsn),
                     ),
                 },
+                RecordKind::Change if self.with_changes => {
+                    let (block, db, rel) = compat::block0(self.reader);
+                    match ChangeRecord::parse(cur.rmid, cur.info, data, block, db, rel) {
+                        Ok(Some(c)) => Payload::Change(c),
+                        Ok(None) => Payload::None,
+                        Err(e) => raise(
+                            C::ERRCODE_DATA_CORRUPTED,
+                            format!("heap record at {} is malformed: {e}", head.lsn),
+                        ),
+                    }
+                }
+                RecordKind::Invalidations if self.with_changes => {
+                    let n = data
+                        .get(..4)
+                        .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+                        .filter(|n| *n >= 0)
+                        .unwrap_or_else(|| {
+                            raise(
+                                C::ERRCODE_DATA_CORRUPTED,
+                                format!("INVALIDATIONS record at {} is malformed", head.lsn),
+                            )
+                        });
+                    Payload::Invalidations { nmsgs: n as u64 }
+                }
                 _ => Payload::None,
             };
             let conflict = if self.with_conflicts {

@@ -4,6 +4,7 @@ pub mod converged;
 pub mod decode;
 pub mod logical;
 pub mod message;
+pub mod reorder_memory;
 pub mod reorderbuffer;
 pub mod shared_replays;
 pub mod slot_invalidation;

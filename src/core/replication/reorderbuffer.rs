@@ -24,6 +24,7 @@ use crate::include::snapbuild::BuiltSnapshot;
 use crate::include::snapshot::{CommandId, HistoricSnapshot};
 use crate::include::transam::{self, TransactionId};
 use crate::include::xlogdefs::Lsn;
+use crate::replication::reorder_memory::{Change, ChangeAction, ReorderMemory, TxnOutcome};
 
 /// The tuple-cid map of one decoding transaction.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -286,6 +287,10 @@ pub struct ReorderModel {
     /// Both forget a transaction (and its subtransactions) when it is let go of, and
     /// everything when a subtransaction is assigned.
     based: XidCache,
+    /// The memory accounting, when the replay counts what the decoder will hold and
+    /// send (`snapbuild_backlog`, `snapbuild_decoding_cost`); never kept or shared.
+    #[serde(skip)]
+    pub memory: Option<Box<ReorderMemory>>,
 }
 
 /// Spare transactions kept at most (see `ReorderModel::spare`).
@@ -377,8 +382,14 @@ impl ReorderModel {
     /// Re-runs reorderbuffer.c ReorderBufferProcessXid: make sure `xid` is known
     /// (created with the current restart point; records arrive in LSN order, so a
     /// first-seen counter stands for `first_lsn`).
-    pub fn process_xid(&mut self, xid: TransactionId, _lsn: Lsn) {
-        if !transam::is_valid(xid) || self.known.contains(xid) {
+    pub fn process_xid(&mut self, xid: TransactionId, lsn: Lsn) {
+        if !transam::is_valid(xid) {
+            return;
+        }
+        if let Some(m) = self.memory.as_mut() {
+            m.process_xid(xid, lsn);
+        }
+        if self.known.contains(xid) {
             return;
         }
         self.known.insert(xid);
@@ -399,6 +410,9 @@ impl ReorderModel {
         self.process_xid(top, lsn);
         if !transam::is_valid(sub) || sub == top {
             return;
+        }
+        if let Some(m) = self.memory.as_mut() {
+            m.assign_child(top, sub, lsn);
         }
         match self.txns.get(&sub).map(|t| t.top) {
             Some(Some(_)) => return, // already a known subtransaction
@@ -468,6 +482,11 @@ impl ReorderModel {
         self.process_xid(x, lsn);
         let top = self.toplevel_of(x);
         if let Some(t) = self.txns.get_mut(&top) {
+            if t.base_snapshot.is_none() {
+                if let Some(m) = self.memory.as_mut() {
+                    m.set_base_snapshot(x, lsn);
+                }
+            }
             t.base_snapshot.get_or_insert((lsn, snapshot_xmin));
             self.based.insert(x);
         }
@@ -531,6 +550,9 @@ impl ReorderModel {
         match self.txns.get_mut(&xid) {
             Some(t) => {
                 t.prepare_lsn = Some(lsn);
+                if let Some(m) = self.memory.as_mut() {
+                    m.mark_prepared(xid);
+                }
                 true
             }
             None => false,
@@ -619,6 +641,32 @@ impl ReorderModel {
         self.process_xid(x, lsn);
         if let Some(t) = self.txns.get_mut(&x) {
             t.command_ids.push((lsn, cid));
+        }
+        if let Some(m) = self.memory.as_mut() {
+            let size = m.rules.sizes.change;
+            m.queue_change(x, lsn, Change::plain(ChangeAction::CommandId, size), false);
+        }
+    }
+
+    /// The memory accounting's part of a transaction's end: `outcome` for top-level `x`
+    /// ended by the record at `lsn`, replayed to the plugin (ReorderBufferReplay) when
+    /// `replay`; with `keep` (a PREPARE) the transaction stays.
+    pub fn memory_end(
+        &mut self,
+        x: TransactionId,
+        lsn: Lsn,
+        outcome: TxnOutcome,
+        replay: bool,
+        keep: bool,
+    ) {
+        if let Some(m) = self.memory.as_mut() {
+            if replay {
+                m.replay(x, lsn, lsn, outcome, keep);
+            } else if m.is_subxact(x) {
+                m.forget_sub(x);
+            } else {
+                m.finish(x, Some(lsn), outcome);
+            }
         }
     }
 
@@ -710,6 +758,9 @@ impl ReorderModel {
     pub fn abort_old(&mut self, oldest_running_xid: TransactionId, lsn: Lsn) {
         while let Some(first) = self.toplevel.first() {
             if transam::precedes(first, oldest_running_xid) {
+                if let Some(m) = self.memory.as_mut() {
+                    m.finish(first, None, TxnOutcome::ForgottenAsOld);
+                }
                 self.remember_finished(first, &[], TxnStatus::ForgottenAsOld(lsn));
                 self.cleanup(first);
             } else {

@@ -165,12 +165,20 @@ pub enum Payload {
         db_id: u32,
         gid: String,
     },
-    /// A logical decoding message (`xl_logical_message`): transactional or not, and the
-    /// database it was emitted in.
+    /// A logical decoding message (`xl_logical_message`): transactional or not, the
+    /// database it was emitted in, and the lengths of its prefix (without its NUL) and
+    /// content.
     Message {
         transactional: bool,
         db_id: u32,
+        prefix_len: u64,
+        content_len: u64,
     },
+    /// A heap change's body, when the replay counts the reorder buffer's memory.
+    Change(crate::replication::reorder_memory::ChangeRecord),
+    /// XACT INVALIDATIONS: how many messages (`xl_xact_invals.nmsgs`), when the replay
+    /// counts the reorder buffer's memory.
+    Invalidations { nmsgs: u64 },
     /// HEAP2 NEW_CID: the catalog tuple and command ids.
     NewCid(NewCid),
 }

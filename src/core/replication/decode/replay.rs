@@ -13,6 +13,7 @@ use crate::include::transam::{self, TransactionId};
 use crate::include::xlogdefs::Lsn;
 use crate::replication::decode::record::{Payload, RecordHead, RecordKind, TwoPhaseDecoding};
 use crate::replication::decode::trace::{DecodeVerdict, TraceRow, NOTE_CALLBACK_DURING_CREATION};
+use crate::replication::reorder_memory::{Change, ChangeAction, ChangeRecord};
 use crate::replication::reorderbuffer::{historic_view, HistoricView};
 use crate::replication::snapbuild::{BuilderParams, RestoreResult, SnapBuild, Step};
 use crate::replication::snapbuild_ondisk::OnDiskError;
@@ -277,8 +278,23 @@ impl Replay {
     ) -> Result<Option<Box<TraceRow>>, Box<ReplayError>> {
         // Most records: a heap change or a record only its xid matters of. Neither can
         // change what the fingerprint below looks at, nor make a row.
+        if let Some(m) = self.builder.reorder.memory.as_mut() {
+            // reorderbuffer.c ReorderBufferCanStartStreaming, for this record
+            let at = if self.builder.version.major < 15 {
+                head.end_lsn
+            } else {
+                head.lsn
+            };
+            m.at = (head.lsn, head.end_lsn);
+            if head.rmid != RM_XACT_ID || m.knows(head.xid) {
+                m.count_record(head.xid, head.lsn, head.end_lsn.0.saturating_sub(head.lsn.0));
+            }
+            m.can_start_streaming = self.builder.state == SnapBuildState::Consistent
+                && at >= self.builder.start_decoding_at;
+        }
         if matches!(head.kind, RecordKind::Change | RecordKind::Other)
             && !transam::is_valid(head.top_xid)
+            && !matches!(payload, Payload::Change(_))
         {
             self.feed_head_only(head.kind, head.rmid, head.xid, head.lsn);
             return Ok(None);
@@ -428,12 +444,26 @@ impl Replay {
                 None
             }
             (RecordKind::NewCid | RecordKind::Invalidations, _) => {
+                if let Payload::Invalidations { nmsgs } = payload {
+                    // ReorderBufferAddInvalidations (xact_decode, FULL_SNAPSHOT on)
+                    let full = self.builder.state >= SnapBuildState::FullSnapshot;
+                    if full && transam::is_valid(head.xid) && !self.fast_forward {
+                        if let Some(m) = self.builder.reorder.memory.as_mut() {
+                            m.add_invalidations(head.xid, head.lsn, *nmsgs);
+                        }
+                    }
+                }
                 self.builder.mark_catalog_changes(head.xid, head.lsn);
                 None
             }
             (RecordKind::Change, _) => {
-                if self.change_gives_base_snapshot() {
-                    self.builder.process_change(head.xid, head.lsn);
+                if self.change_gives_base_snapshot()
+                    && self.builder.process_change(head.xid, head.lsn)
+                    && !self.fast_forward
+                {
+                    if let Payload::Change(rec) = payload {
+                        self.queue_changes(head, rec);
+                    }
                 }
                 None
             }
@@ -445,10 +475,21 @@ impl Replay {
                 Payload::Message {
                     transactional: true,
                     db_id,
+                    prefix_len,
+                    content_len,
                 },
             ) => {
-                if *db_id == self.slot_db && self.change_gives_base_snapshot() {
-                    self.builder.process_change(head.xid, head.lsn);
+                if *db_id == self.slot_db
+                    && self.change_gives_base_snapshot()
+                    && self.builder.process_change(head.xid, head.lsn)
+                    && !self.fast_forward
+                {
+                    // ReorderBufferQueueMessage, at the record's end
+                    if let Some(m) = self.builder.reorder.memory.as_mut() {
+                        let size = m.rules.sizes.change + prefix_len + 1 + content_len + 16;
+                        let c = Change::plain(ChangeAction::Message, size);
+                        m.queue_change(head.xid, head.end_lsn, c, false);
+                    }
                 }
                 None
             }
@@ -479,6 +520,36 @@ impl Replay {
 }
 
 impl Replay {
+    /// Re-runs decode.c DecodeInsert / DecodeUpdate / DecodeDelete / DecodeTruncate /
+    /// DecodeMultiInsert / DecodeSpecConfirm's queueing, for the memory accounting: the
+    /// record's changes go to its xid unless they belong to another database.
+    fn queue_changes(&mut self, head: &RecordHead, rec: &ChangeRecord) {
+        let Some(m) = self.builder.reorder.memory.as_mut() else {
+            return;
+        };
+        if rec.db_oid != self.slot_db {
+            return;
+        }
+        let sizes = m.rules.sizes;
+        for rc in &rec.changes {
+            let toast_chunk = rec.toast_insert && rc.action == ChangeAction::Insert;
+            let tuple_change = matches!(
+                rc.action,
+                ChangeAction::Insert | ChangeAction::Update | ChangeAction::Delete
+            );
+            let c = Change {
+                action: rc.action,
+                size: rc.size(&sizes),
+                toast_chunk,
+                toast_other: false,
+                clear_toast: rc.clear_toast,
+                tupleless: tuple_change && rc.new_len.is_none() && rc.old_len.is_none(),
+                toast_growth: 0,
+            };
+            m.queue_change(head.xid, head.lsn, c, rec.toast_insert);
+        }
+    }
+
     /// [`historic_view`] with everything taken from where the replay stands now: the
     /// builder's snapshot, and the decoding transaction `xid` as the reorder buffer holds
     /// (or last held) it. `Err(state)` before FULL_SNAPSHOT: there is no historic

@@ -6,6 +6,7 @@ use crate::include::snapbuild::SnapBuildState;
 use crate::include::transam::TransactionId;
 use crate::include::xlogdefs::{Lsn, INVALID_LSN};
 use crate::replication::decode::trace::DecodeVerdict;
+use crate::replication::reorder_memory::TxnOutcome;
 use crate::replication::reorderbuffer::TxnStatus;
 use crate::replication::snapbuild::{CommitVerdict, SnapBuild};
 
@@ -101,6 +102,24 @@ impl SnapBuild {
                 DecodeVerdict::Decoded
             }
         };
+        if self.reorder.memory.is_some() {
+            let (replay, outcome) = match d {
+                DecodeVerdict::Decoded | DecodeVerdict::PreparedAndCommitPrepared => {
+                    (true, TxnOutcome::Sent)
+                }
+                DecodeVerdict::SkippedBeforeStartDecodingAt => {
+                    (false, TxnOutcome::SkippedBeforeStart)
+                }
+                DecodeVerdict::SkippedOtherDatabase => (false, TxnOutcome::SkippedOtherDatabase),
+                DecodeVerdict::CommitPrepared => (false, TxnOutcome::FinishedPrepared),
+                _ => (false, TxnOutcome::NoChanges),
+            };
+            self.gather_subxacts(x, subxacts, lsn);
+            if let Some(m) = self.reorder.memory.as_mut() {
+                m.set_database(x, db_id);
+            }
+            self.reorder.memory_end(x, lsn, outcome, replay, false);
+        }
         self.reorder
             .remember_finished(x, subxacts, TxnStatus::Committed(lsn));
         for s in subxacts {
@@ -140,13 +159,28 @@ impl SnapBuild {
                 self.reorder.assign_child(x, *s, lsn);
             }
         }
-        Some(
-            if self.reorder.has_base_snapshot(x) || self.version.prepares_without_changes() {
-                DecodeVerdict::Prepared
-            } else {
-                DecodeVerdict::NoChanges
-            },
-        )
+        let d = if self.reorder.has_base_snapshot(x) || self.version.prepares_without_changes() {
+            DecodeVerdict::Prepared
+        } else {
+            DecodeVerdict::NoChanges
+        };
+        if d == DecodeVerdict::Prepared {
+            self.reorder
+                .memory_end(x, lsn, TxnOutcome::Prepared, true, true);
+        }
+        Some(d)
+    }
+
+    /// For the memory accounting: the subtransactions a transaction-ending record lists
+    /// that the accounting holds on their own are counted with `x` from now on.
+    fn gather_subxacts(&mut self, x: TransactionId, subxacts: &[TransactionId], lsn: Lsn) {
+        if let Some(m) = self.reorder.memory.as_mut() {
+            for s in subxacts {
+                if m.knows(*s) {
+                    m.assign_child(x, *s, lsn);
+                }
+            }
+        }
     }
 
     /// Re-runs decode.c DecodeAbort with `two_phase` set (ROLLBACK PREPARED, two-phase
@@ -193,6 +227,18 @@ impl SnapBuild {
     pub fn abort_at(&mut self, x: TransactionId, subxacts: &[TransactionId], lsn: Lsn) {
         if self.state < SnapBuildState::FullSnapshot {
             return;
+        }
+        if self.reorder.memory.is_some() {
+            let sub = self.reorder.memory.as_ref().is_some_and(|m| m.is_subxact(x));
+            if sub {
+                for s in subxacts.iter().chain(std::iter::once(&x)) {
+                    self.reorder.memory_end(*s, lsn, TxnOutcome::Aborted, false, false);
+                }
+            } else {
+                self.gather_subxacts(x, subxacts, lsn);
+                self.reorder
+                    .memory_end(x, lsn, TxnOutcome::Aborted, false, false);
+            }
         }
         self.reorder
             .remember_finished(x, subxacts, TxnStatus::Aborted(lsn));

@@ -134,6 +134,11 @@ impl SnapBuild {
             if !self.reorder.has_base_snapshot(x) {
                 self.reorder.set_base_snapshot(x, lsn, self.xmin);
             }
+            // SnapBuildDistributeSnapshotAndInval
+            let xcnt = self.committed_xip.len() as u64;
+            if let Some(m) = self.reorder.memory.as_mut() {
+                m.distribute_snapshot(lsn, x, xcnt);
+            }
         }
         CommitVerdict::Timetravel {
             xmax_advanced,

@@ -1,0 +1,464 @@
+//! A13: `snapbuild_decoding_cost` and `snapbuild_backlog` against the server's own
+//! counters. For each workload: the slot's statistics are reset
+//! (`pg_stat_reset_replication_slot`), the prediction for [restart_lsn, L] is taken, the
+//! slot is decoded to L (`pg_logical_slot_get_changes(slot, L, NULL, ...)`, with
+//! `'stream-changes', 'on'` when streaming; pgoutput through
+//! `pg_logical_slot_get_binary_changes`), and the eight counters of
+//! `pg_stat_replication_slots` are compared with the prediction once the server has
+//! reported them. `logical_decoding_work_mem` is 64kB in the decoding session (and given
+//! to the prediction as `work_mem_kb`), so that small workloads spill.
+//!
+//! Every comparison prints a `pgsnap-counts: decoding_cost` line (run with --nocapture).
+
+use pg_snapbuild_tests::*;
+use postgres::Client;
+use std::time::{Duration, Instant};
+
+const COUNTERS: [&str; 8] = [
+    "total_txns",
+    "total_bytes",
+    "spill_txns",
+    "spill_count",
+    "spill_bytes",
+    "stream_txns",
+    "stream_count",
+    "stream_bytes",
+];
+
+/// The eight counters of `pg_stat_replication_slots` for `slot` (a fresh snapshot).
+fn server_counters(c: &mut Client, slot: &str) -> Vec<i64> {
+    c.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+    let r = c
+        .query_one(
+            &format!(
+                "SELECT {} FROM pg_stat_replication_slots WHERE slot_name = $1",
+                COUNTERS.join(", ")
+            ),
+            &[&slot],
+        )
+        .unwrap();
+    (0..8).map(|i| r.get::<_, i64>(i)).collect()
+}
+
+/// Resets the slot's statistics and waits until the server shows zeros (14's collector
+/// applies the reset asynchronously).
+fn reset_counters(c: &mut Client, slot: &str) {
+    c.execute("SELECT pg_stat_reset_replication_slot($1)", &[&slot])
+        .unwrap();
+    wait_for("the slot's statistics reset", Duration::from_secs(10), || {
+        server_counters(c, slot).iter().all(|v| *v == 0)
+    });
+}
+
+/// Waits until the server's counters for `slot` stop changing (15+ updates them at once;
+/// 14 sends them to the statistics collector), at most 10 s.
+fn settled_counters(c: &mut Client, slot: &str, expect_some: bool) -> Vec<i64> {
+    let start = Instant::now();
+    let mut last = server_counters(c, slot);
+    loop {
+        std::thread::sleep(Duration::from_millis(if last.iter().all(|v| *v == 0) && expect_some {
+            200
+        } else {
+            600
+        }));
+        let now = server_counters(c, slot);
+        if now == last && (!expect_some || now.iter().any(|v| *v != 0)) {
+            return now;
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            return now;
+        }
+        last = now;
+    }
+}
+
+/// How a comparison decodes.
+#[derive(Clone, Copy)]
+struct Decode {
+    work_mem_kb: i32,
+    streaming: bool,
+    pgoutput: bool,
+}
+
+const SPILL: Decode = Decode {
+    work_mem_kb: 64,
+    streaming: false,
+    pgoutput: false,
+};
+const STREAM: Decode = Decode {
+    work_mem_kb: 64,
+    streaming: true,
+    pgoutput: false,
+};
+
+/// Totals over a run, printed at the end.
+#[derive(Default)]
+struct Tally {
+    calls: u32,
+    counters_compared: u32,
+    counters_wrong: u32,
+    undecided: u32,
+    wrong: Vec<String>,
+}
+
+/// Predicts, decodes to `upto` (the insert position now when None) and compares.
+fn compare(
+    c: &mut Client,
+    env: &Env,
+    slot: &str,
+    what: &str,
+    d: Decode,
+    upto: Option<u64>,
+    tally: &mut Tally,
+) {
+    // the decode stops after the record ending at or after `upto`; it must be flushed
+    c.batch_execute("SELECT pg_current_wal_flush_lsn()").unwrap();
+    let upto = upto.unwrap_or_else(|| flush_lsn(c));
+    let upto_s = fmt_lsn(upto);
+    reset_counters(c, slot);
+    let p = c
+        .query_one(
+            &format!(
+                "SELECT {}, undecided, records FROM snapbuild_decoding_cost($1, '{upto_s}', $2, $3)",
+                COUNTERS.join(", ")
+            ),
+            &[&slot, &d.work_mem_kb, &d.streaming],
+        )
+        .unwrap_or_else(|e| panic!("{what}: snapbuild_decoding_cost: {}", err_text(&e)));
+    let predicted: Vec<Option<i64>> = (0..8).map(|i| p.get(i)).collect();
+    let undecided: Option<String> = p.get(8);
+    let mut dc = env.connect("pgsnap-decode");
+    dc.batch_execute(&format!(
+        "SET logical_decoding_work_mem = '{}kB'",
+        d.work_mem_kb
+    ))
+    .unwrap();
+    if d.pgoutput {
+        let proto = if d.streaming { "2" } else { "1" };
+        let mut opts = format!("'proto_version', '{proto}', 'publication_names', 'pgsnap_a13'");
+        if d.streaming {
+            opts.push_str(", 'streaming', 'on'");
+        }
+        dc.batch_execute(&format!(
+            "SELECT count(*) FROM pg_logical_slot_get_binary_changes('{slot}', '{upto_s}', NULL, {opts})"
+        ))
+        .unwrap_or_else(|e| panic!("{what}: decoding: {}", err_text(&e)));
+    } else {
+        let stream = if d.streaming {
+            ", 'stream-changes', 'on'"
+        } else {
+            ""
+        };
+        dc.batch_execute(&format!(
+            "SELECT count(*) FROM pg_logical_slot_get_changes('{slot}', '{upto_s}', NULL, \
+             'include-xids', '1'{stream})"
+        ))
+        .unwrap_or_else(|e| panic!("{what}: decoding: {}", err_text(&e)));
+    }
+    drop(dc);
+    let expect_some = predicted.iter().any(|v| v.is_some_and(|v| v != 0));
+    let server = settled_counters(c, slot, expect_some);
+    tally.calls += 1;
+    let mut wrong = Vec::new();
+    match &undecided {
+        Some(why) => {
+            tally.undecided += 1;
+            assert!(
+                predicted.iter().all(|v| v.is_none()),
+                "{what}: undecided ({why}) but counters given"
+            );
+        }
+        None => {
+            for (i, name) in COUNTERS.iter().enumerate() {
+                tally.counters_compared += 1;
+                if predicted[i] != Some(server[i]) {
+                    tally.counters_wrong += 1;
+                    wrong.push(format!("{name} predicted {:?} server {}", predicted[i], server[i]));
+                }
+            }
+        }
+    }
+    println!(
+        "pgsnap-counts: decoding_cost {what} major={} work_mem={}kB streaming={} pgoutput={} \
+         predicted={predicted:?} server={server:?} undecided={undecided:?}",
+        env.major, d.work_mem_kb, d.streaming, d.pgoutput
+    );
+    if !wrong.is_empty() {
+        tally.wrong.push(format!("{what}: {}", wrong.join("; ")));
+    }
+}
+
+fn finish(tally: Tally, what: &str) {
+    println!(
+        "pgsnap-counts: decoding_cost_total {what} calls={} counters_compared={} wrong={} undecided={}",
+        tally.calls, tally.counters_compared, tally.counters_wrong, tally.undecided
+    );
+    assert!(
+        tally.wrong.is_empty(),
+        "{what}: counters the server disagrees with:\n{}",
+        tally.wrong.join("\n")
+    );
+}
+
+/// A table of text rows; `n` rows of `len` characters inserted by one statement.
+fn rows(table: &str, n: i32, len: i32) -> String {
+    format!("INSERT INTO {table} SELECT g, repeat(md5(g::text), {len} / 32 + 1)::varchar({len}) FROM generate_series(1, {n}) g")
+}
+
+/// Rolls back the prepared transactions a test left (a failed test must not leave one:
+/// it would hold every later slot creation).
+struct PreparedGuard(Env);
+
+impl Drop for PreparedGuard {
+    fn drop(&mut self) {
+        let mut c = self.0.connect("pgsnap-a13-cleanup");
+        for gid in ["pgsnap_a13_g1", "pgsnap_a13_g2"] {
+            let _ = c.batch_execute(&format!("ROLLBACK PREPARED '{gid}'"));
+        }
+    }
+}
+
+fn setup_tables(c: &mut Client, tables: &[&str]) {
+    for t in tables {
+        c.batch_execute(&format!(
+            "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (i int, t text)"
+        ))
+        .unwrap();
+    }
+}
+
+#[test]
+fn a13_small_large_concurrent_and_aborted() {
+    let slot = "pgsnap_a13a";
+    let Some((_g, env, mut c, _guard)) = start_with_slot(slot) else {
+        return;
+    };
+    setup_tables(&mut c, &["pgsnap_a13a"]);
+    create_slot(&env, slot);
+    let mut tally = Tally::default();
+    let t = "pgsnap_a13a";
+
+    // many small transactions
+    for i in 0..200 {
+        c.batch_execute(&format!("INSERT INTO {t} VALUES ({i}, 'x')"))
+            .unwrap();
+    }
+    compare(&mut c, &env, slot, "small", SPILL, None, &mut tally);
+
+    // one transaction larger than the memory limit
+    c.batch_execute(&format!("BEGIN; {}; COMMIT", rows(t, 3000, 100)))
+        .unwrap();
+    compare(&mut c, &env, slot, "large", SPILL, None, &mut tally);
+
+    // several concurrent medium ones, interleaved
+    let mut xs: Vec<OpenXact> = (0..3)
+        .map(|k| OpenXact::begin(&env, &format!("pgsnap-a13-{k}")))
+        .collect();
+    for round in 0..4 {
+        for (k, x) in xs.iter_mut().enumerate() {
+            x.exec(&rows(t, 60 + 10 * k as i32 + round, 64));
+        }
+    }
+    for x in xs.drain(..) {
+        x.commit();
+    }
+    compare(&mut c, &env, slot, "concurrent", SPILL, None, &mut tally);
+
+    // an aborted large transaction, and a small committed one after it
+    let mut x = OpenXact::begin(&env, "pgsnap-a13-abort");
+    x.exec(&rows(t, 2500, 100));
+    x.rollback();
+    c.batch_execute(&format!("INSERT INTO {t} VALUES (1, 'after')"))
+        .unwrap();
+    compare(&mut c, &env, slot, "aborted", SPILL, None, &mut tally);
+
+    // the same kinds, streamed
+    c.batch_execute(&format!("BEGIN; {}; COMMIT", rows(t, 3000, 100)))
+        .unwrap();
+    let mut xs: Vec<OpenXact> = (0..3)
+        .map(|k| OpenXact::begin(&env, &format!("pgsnap-a13-s{k}")))
+        .collect();
+    for round in 0..4 {
+        for (k, x) in xs.iter_mut().enumerate() {
+            x.exec(&rows(t, 60 + 10 * k as i32 + round, 64));
+        }
+    }
+    for x in xs.drain(..) {
+        x.commit();
+    }
+    compare(&mut c, &env, slot, "large+concurrent streamed", STREAM, None, &mut tally);
+    finish(tally, "a13a");
+}
+
+#[test]
+fn a13_subtransactions_truncate_messages_ddl() {
+    let slot = "pgsnap_a13b";
+    let Some((_g, env, mut c, _guard)) = start_with_slot(slot) else {
+        return;
+    };
+    let t = "pgsnap_a13b";
+    setup_tables(&mut c, &[t]);
+    create_slot(&env, slot);
+    let mut tally = Tally::default();
+
+    // subtransactions, some rolled back
+    c.batch_execute(&format!(
+        "BEGIN; INSERT INTO {t} VALUES (0, 'top');
+         SAVEPOINT a; {}; ROLLBACK TO a;
+         SAVEPOINT b; {}; RELEASE b;
+         SAVEPOINT c; {}; SAVEPOINT d; {}; ROLLBACK TO d; RELEASE c;
+         COMMIT",
+        rows(t, 800, 100),
+        rows(t, 900, 100),
+        rows(t, 50, 10),
+        rows(t, 700, 100)
+    ))
+    .unwrap();
+    compare(&mut c, &env, slot, "subxacts", SPILL, None, &mut tally);
+
+    // TRUNCATE, and logical messages
+    c.batch_execute(&format!(
+        "BEGIN; TRUNCATE {t}; INSERT INTO {t} VALUES (1, 'a'); COMMIT;
+         SELECT pg_logical_emit_message(true, 'pgsnap', repeat('m', 5000));
+         SELECT pg_logical_emit_message(false, 'pgsnap', repeat('n', 3000));
+         BEGIN; SELECT pg_logical_emit_message(true, 'pgsnap-p', 'in a transaction');
+         INSERT INTO {t} VALUES (2, 'b'); COMMIT"
+    ))
+    .unwrap();
+    compare(&mut c, &env, slot, "truncate+messages", SPILL, None, &mut tally);
+
+    // DDL, and DDL committing while a data transaction is open (a snapshot and
+    // invalidations distributed to it)
+    let mut x = OpenXact::begin(&env, "pgsnap-a13-open");
+    x.exec(&rows(t, 200, 50));
+    c.batch_execute(
+        "DROP TABLE IF EXISTS pgsnap_a13b_n;
+         BEGIN; CREATE TABLE pgsnap_a13b_n (k int); ALTER TABLE pgsnap_a13b_n ADD COLUMN extra int;
+         INSERT INTO pgsnap_a13b_n VALUES (1, 2); COMMIT;
+         DROP TABLE pgsnap_a13b_n",
+    )
+    .unwrap();
+    x.exec(&rows(t, 200, 50));
+    x.commit();
+    compare(&mut c, &env, slot, "ddl", SPILL, None, &mut tally);
+    compare(&mut c, &env, slot, "nothing new", SPILL, None, &mut tally);
+    finish(tally, "a13b");
+}
+
+#[test]
+fn a13_two_phase_other_database_and_restart_before_confirmed_flush() {
+    let slot = "pgsnap_a13c";
+    let Some((_g, env, mut c, _guard)) = start_with_slot(slot) else {
+        return;
+    };
+    let _prepared = PreparedGuard(env.clone());
+    let t = "pgsnap_a13c";
+    setup_tables(&mut c, &[t]);
+    create_slot(&env, slot);
+    let mut tally = Tally::default();
+
+    // two-phase: prepared then committed, prepared then rolled back (the slot is not
+    // two-phase: decoded at COMMIT PREPARED)
+    let mut x = OpenXact::begin(&env, "pgsnap-a13-2pc1");
+    x.exec(&rows(t, 1000, 100));
+    x.prepare("pgsnap_a13_g1");
+    let mut x = OpenXact::begin(&env, "pgsnap-a13-2pc2");
+    x.exec(&rows(t, 300, 100));
+    x.prepare("pgsnap_a13_g2");
+    c.batch_execute("COMMIT PREPARED 'pgsnap_a13_g1'").unwrap();
+    c.batch_execute("ROLLBACK PREPARED 'pgsnap_a13_g2'").unwrap();
+    compare(&mut c, &env, slot, "two-phase", SPILL, None, &mut tally);
+
+    // traffic in another database
+    let _ = c.batch_execute("DROP DATABASE IF EXISTS pgsnap_a13_other");
+    c.batch_execute("CREATE DATABASE pgsnap_a13_other").unwrap();
+    {
+        let mut o = connect_db(&env, &mut c, "pgsnap_a13_other", "pgsnap-a13-other");
+        o.batch_execute(&format!(
+            "CREATE TABLE o (i int, t text); BEGIN; {}; COMMIT",
+            rows("o", 2000, 100)
+        ))
+        .unwrap();
+    }
+    c.batch_execute(&format!("INSERT INTO {t} VALUES (1, 'here')"))
+        .unwrap();
+    compare(&mut c, &env, slot, "other database", SPILL, None, &mut tally);
+    c.batch_execute("DROP DATABASE pgsnap_a13_other").unwrap();
+
+    // a decode that stops inside an open transaction: the next one starts at a
+    // restart_lsn before it and reads the transactions committed before confirmed_flush
+    // again (skipped)
+    let mut x = OpenXact::begin(&env, "pgsnap-a13-long");
+    x.exec(&rows(t, 500, 100));
+    env.log_standby_snapshot(&mut c);
+    for i in 0..20 {
+        c.batch_execute(&format!("INSERT INTO {t} VALUES ({i}, 'between')"))
+            .unwrap();
+    }
+    let mid = flush_lsn(&mut c);
+    compare(&mut c, &env, slot, "upto inside", SPILL, Some(mid), &mut tally);
+    x.exec(&rows(t, 500, 100));
+    x.commit();
+    for i in 0..20 {
+        c.batch_execute(&format!("INSERT INTO {t} VALUES ({i}, 'after')"))
+            .unwrap();
+    }
+    compare(&mut c, &env, slot, "restart before confirmed_flush", SPILL, None, &mut tally);
+    finish(tally, "a13c");
+}
+
+#[test]
+fn a13_toast_and_pgoutput() {
+    let slot = "pgsnap_a13d";
+    let Some((_g, env, mut c, _guard)) = start_with_slot(slot) else {
+        return;
+    };
+    let t = "pgsnap_a13d";
+    setup_tables(&mut c, &[t]);
+    let _ = c.batch_execute("DROP PUBLICATION IF EXISTS pgsnap_a13");
+    c.batch_execute(&format!("CREATE PUBLICATION pgsnap_a13 FOR TABLE {t}"))
+        .unwrap();
+    c.query_one(
+        "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+        &[&slot],
+    )
+    .unwrap();
+    let mut tally = Tally::default();
+    let pg = Decode {
+        pgoutput: true,
+        ..SPILL
+    };
+    for i in 0..50 {
+        c.batch_execute(&format!("INSERT INTO {t} VALUES ({i}, 'x')"))
+            .unwrap();
+    }
+    c.batch_execute(&format!("BEGIN; {}; COMMIT", rows(t, 2000, 100)))
+        .unwrap();
+    compare(&mut c, &env, slot, "pgoutput", pg, None, &mut tally);
+
+    // TOAST values: rows with 20 kB of incompressible text
+    c.batch_execute(&format!(
+        "BEGIN; INSERT INTO {t} SELECT g, (SELECT string_agg(md5(g::text || k::text), '') \
+         FROM generate_series(1, 640) k) FROM generate_series(1, 6) g; COMMIT"
+    ))
+    .unwrap();
+    compare(&mut c, &env, slot, "toast", pg, None, &mut tally);
+    if env.major >= 14 {
+        c.batch_execute(&format!("BEGIN; {}; COMMIT", rows(t, 2000, 100)))
+            .unwrap();
+        compare(
+            &mut c,
+            &env,
+            slot,
+            "pgoutput streamed",
+            Decode {
+                streaming: true,
+                ..pg
+            },
+            None,
+            &mut tally,
+        );
+    }
+    c.batch_execute("DROP PUBLICATION pgsnap_a13").unwrap();
+    finish(tally, "a13d");
+}

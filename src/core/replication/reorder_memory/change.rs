@@ -1,0 +1,382 @@
+//! The changes decode.c queues into the reorder buffer, as the memory accounting sees
+//! them: each change's action and its size as reorderbuffer.c ReorderBufferChangeSize
+//! counts it, and the body of the heap records they come from ([`ChangeRecord`], parsed
+//! from the record's main data and block 0 as DecodeInsert, DecodeUpdate, DecodeDelete,
+//! DecodeTruncate, DecodeMultiInsert and DecodeSpecConfirm read them).
+
+use crate::include::heapam_xlog::XLOG_HEAP_OPMASK;
+use crate::include::rmgrlist::{RM_HEAP2_ID, RM_HEAP_ID};
+
+/// The sizes of the server's structs that ReorderBufferChangeSize adds up, in bytes (the
+/// adapter reads them from the server's own headers: `sizeof(ReorderBufferChange)` differs
+/// between majors).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StructSizes {
+    /// `sizeof(ReorderBufferChange)`.
+    pub change: u64,
+    /// `sizeof(HeapTupleData)`, added per tuple.
+    pub heap_tuple: u64,
+    /// `sizeof(SnapshotData)`, added per snapshot change.
+    pub snapshot: u64,
+    /// `sizeof(SharedInvalidationMessage)`.
+    pub inval_message: u64,
+}
+
+impl StructSizes {
+    /// x86-64 sizes of PostgreSQL `major` (for tests without a server; the adapter uses
+    /// the server's own).
+    pub fn x86_64(major: u32) -> Self {
+        StructSizes {
+            change: if major >= 17 { 104 } else { 112 },
+            heap_tuple: 24,
+            snapshot: if major >= 17 { 112 } else { 120 },
+            inval_message: 16,
+        }
+    }
+}
+
+/// `ReorderBufferChangeType`: the kinds of change the reorder buffer holds (TUPLECID is
+/// kept on a list of its own and never counted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ChangeAction {
+    Insert,
+    Update,
+    Delete,
+    Message,
+    Invalidation,
+    Snapshot,
+    CommandId,
+    SpecInsert,
+    SpecConfirm,
+    SpecAbort,
+    Truncate,
+}
+
+impl ChangeAction {
+    /// reorderbuffer.c ReorderBufferQueueChange: the changes that are sent downstream
+    /// make their top-level transaction streamable.
+    pub fn streamable(self) -> bool {
+        matches!(
+            self,
+            ChangeAction::Insert
+                | ChangeAction::Update
+                | ChangeAction::Delete
+                | ChangeAction::SpecInsert
+                | ChangeAction::Truncate
+                | ChangeAction::Message
+        )
+    }
+
+    /// The column a change is counted in by `snapbuild_backlog`.
+    pub fn kind(self) -> ChangeKind {
+        match self {
+            ChangeAction::Insert | ChangeAction::SpecInsert => ChangeKind::Insert,
+            ChangeAction::Update => ChangeKind::Update,
+            ChangeAction::Delete => ChangeKind::Delete,
+            ChangeAction::Truncate => ChangeKind::Truncate,
+            ChangeAction::Message => ChangeKind::Message,
+            ChangeAction::Invalidation => ChangeKind::Invalidation,
+            _ => ChangeKind::Other,
+        }
+    }
+}
+
+/// The change kinds `snapbuild_backlog` counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeKind {
+    Insert,
+    Update,
+    Delete,
+    Truncate,
+    Message,
+    Invalidation,
+    Other,
+}
+
+/// One change as the reorder buffer holds it: its action, its size
+/// (ReorderBufferChangeSize), and what ReorderBufferProcessTXN does with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Change {
+    pub action: ChangeAction,
+    pub size: u64,
+    /// An INSERT into a TOAST relation (`XLH_INSERT_ON_TOAST_RELATION`): a chunk kept
+    /// aside until the main row's change (ReorderBufferToastAppendChunk).
+    pub toast_chunk: bool,
+    /// A change of a TOAST relation that is not an insert (a chunk deleted): ignored.
+    pub toast_other: bool,
+    /// `clear_toast_afterwards`.
+    pub clear_toast: bool,
+    /// A tuple-less change (a catalog row updated or deleted): skipped before the
+    /// TOAST steps.
+    pub tupleless: bool,
+    /// What ReorderBufferToastReplace adds to the change's size when it rebuilds the
+    /// row with its TOAST values (0 when nothing is replaced).
+    pub toast_growth: i64,
+}
+
+impl Change {
+    /// A change with nothing but an action and a size.
+    pub fn plain(action: ChangeAction, size: u64) -> Self {
+        Change {
+            action,
+            size,
+            toast_chunk: false,
+            toast_other: false,
+            clear_toast: false,
+            tupleless: false,
+            toast_growth: 0,
+        }
+    }
+}
+
+/// What one heap record queues (before the database and origin filters): DecodeInsert,
+/// DecodeUpdate, DecodeDelete, DecodeTruncate, DecodeMultiInsert, DecodeSpecConfirm.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ChangeRecord {
+    /// The database of the changed relation (block 0's locator, TRUNCATE's `dbId`).
+    pub db_oid: u32,
+    /// The relfilenumber of block 0 (0 for TRUNCATE).
+    pub relfilenumber: u32,
+    /// The changes it queues, in order; empty when the decoder queues nothing (a catalog
+    /// insert, a heap operation decode.c ignores).
+    pub changes: Vec<RecordChange>,
+    /// `XLH_INSERT_ON_TOAST_RELATION` of an INSERT: ReorderBufferQueueChange's
+    /// `toast_insert`.
+    pub toast_insert: bool,
+}
+
+/// One change of a [`ChangeRecord`], sized by tuple lengths (`t_len`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RecordChange {
+    pub action: ChangeAction,
+    /// `t_len` of the new tuple, if the change carries one.
+    pub new_len: Option<u64>,
+    /// `t_len` of the old tuple (or key), if the change carries one.
+    pub old_len: Option<u64>,
+    /// TRUNCATE's `nrelids`.
+    pub nrelids: u64,
+    pub clear_toast: bool,
+}
+
+impl RecordChange {
+    fn new(action: ChangeAction) -> Self {
+        RecordChange {
+            action,
+            new_len: None,
+            old_len: None,
+            nrelids: 0,
+            clear_toast: true,
+        }
+    }
+
+    /// Re-runs reorderbuffer.c ReorderBufferChangeSize for this change.
+    pub fn size(&self, s: &StructSizes) -> u64 {
+        let mut sz = s.change;
+        if let Some(l) = self.old_len {
+            sz += s.heap_tuple + l;
+        }
+        if let Some(l) = self.new_len {
+            sz += s.heap_tuple + l;
+        }
+        sz + 4 * self.nrelids
+    }
+}
+
+/// `SizeOfHeapHeader`.
+const SIZE_OF_HEAP_HEADER: u64 = 5;
+/// `SizeofHeapTupleHeader`.
+const SIZEOF_HEAP_TUPLE_HEADER: u64 = 23;
+/// `SizeOfHeapUpdate`.
+const SIZE_OF_HEAP_UPDATE: usize = 14;
+/// `SizeOfHeapDelete`.
+const SIZE_OF_HEAP_DELETE: usize = 8;
+/// `SizeOfMultiInsertTuple`.
+const SIZE_OF_MULTI_INSERT_TUPLE: usize = 7;
+
+const XLH_INSERT_LAST_IN_MULTI: u8 = 1 << 1;
+const XLH_INSERT_IS_SPECULATIVE: u8 = 1 << 2;
+const XLH_INSERT_CONTAINS_NEW_TUPLE: u8 = 1 << 3;
+const XLH_INSERT_ON_TOAST_RELATION: u8 = 1 << 4;
+const XLH_UPDATE_CONTAINS_OLD: u8 = (1 << 2) | (1 << 3);
+const XLH_UPDATE_CONTAINS_NEW_TUPLE: u8 = 1 << 4;
+const XLH_DELETE_CONTAINS_OLD: u8 = (1 << 1) | (1 << 2);
+const XLH_DELETE_IS_SUPER: u8 = 1 << 3;
+
+/// `t_len` of a tuple DecodeXLogTuple rebuilds from `datalen` bytes of WAL (an
+/// `xl_heap_header` and the data after the tuple header).
+fn xlog_tuple_len(datalen: usize) -> Result<u64, String> {
+    let d = datalen as u64;
+    if d < SIZE_OF_HEAP_HEADER {
+        return Err(format!("tuple data of {d} bytes is shorter than its header"));
+    }
+    Ok(d - SIZE_OF_HEAP_HEADER + SIZEOF_HEAP_TUPLE_HEADER)
+}
+
+impl ChangeRecord {
+    /// Parses a HEAP or HEAP2 record of `rmid` / `info` that decode.c turns into changes:
+    /// `main` is its main data, `block0` block 0's data (None without it), `block0_db` and
+    /// `block0_rel` block 0's database and relfilenumber. `Ok(None)` for a record that is
+    /// no change (the heap operations decode.c ignores). Errors name what is malformed.
+    pub fn parse(
+        rmid: u8,
+        info: u8,
+        main: &[u8],
+        block0: Option<&[u8]>,
+        block0_db: u32,
+        block0_rel: u32,
+    ) -> Result<Option<ChangeRecord>, String> {
+        let op = info & XLOG_HEAP_OPMASK;
+        let flags_at = |o: usize| -> Result<u8, String> {
+            main.get(o)
+                .copied()
+                .ok_or_else(|| format!("main data of {} bytes has no flags", main.len()))
+        };
+        let mut rec = ChangeRecord {
+            db_oid: block0_db,
+            relfilenumber: block0_rel,
+            changes: Vec::new(),
+            toast_insert: false,
+        };
+        match (rmid, op) {
+            (RM_HEAP_ID, 0x00) => {
+                // INSERT: xl_heap_insert { offnum, flags }
+                let flags = flags_at(2)?;
+                if flags & XLH_INSERT_CONTAINS_NEW_TUPLE == 0 {
+                    return Ok(Some(rec));
+                }
+                let action = if flags & XLH_INSERT_IS_SPECULATIVE != 0 {
+                    ChangeAction::SpecInsert
+                } else {
+                    ChangeAction::Insert
+                };
+                let mut c = RecordChange::new(action);
+                c.new_len = Some(xlog_tuple_len(block0.map_or(0, |b| b.len()))?);
+                rec.toast_insert = flags & XLH_INSERT_ON_TOAST_RELATION != 0;
+                rec.changes.push(c);
+            }
+            (RM_HEAP_ID, 0x20) | (RM_HEAP_ID, 0x40) => {
+                // UPDATE / HOT_UPDATE: xl_heap_update, flags at 7, old tuple after it
+                let flags = flags_at(7)?;
+                let mut c = RecordChange::new(ChangeAction::Update);
+                if flags & XLH_UPDATE_CONTAINS_NEW_TUPLE != 0 {
+                    c.new_len = Some(xlog_tuple_len(block0.map_or(0, |b| b.len()))?);
+                }
+                if flags & XLH_UPDATE_CONTAINS_OLD != 0 {
+                    let n = main.len().checked_sub(SIZE_OF_HEAP_UPDATE).ok_or("short UPDATE")?;
+                    c.old_len = Some(xlog_tuple_len(n)?);
+                }
+                rec.changes.push(c);
+            }
+            (RM_HEAP_ID, 0x10) => {
+                // DELETE: xl_heap_delete, flags at 7, old key after it
+                let flags = flags_at(7)?;
+                let action = if flags & XLH_DELETE_IS_SUPER != 0 {
+                    ChangeAction::SpecAbort
+                } else {
+                    ChangeAction::Delete
+                };
+                let mut c = RecordChange::new(action);
+                if flags & XLH_DELETE_CONTAINS_OLD != 0 {
+                    let n = main.len().checked_sub(SIZE_OF_HEAP_DELETE).ok_or("short DELETE")?;
+                    c.old_len = Some(xlog_tuple_len(n)?);
+                }
+                rec.changes.push(c);
+            }
+            (RM_HEAP_ID, 0x30) => {
+                // TRUNCATE: xl_heap_truncate { dbId, nrelids, flags, relids[] }
+                if main.len() < 12 {
+                    return Err(format!("TRUNCATE main data of {} bytes", main.len()));
+                }
+                rec.db_oid = u32::from_ne_bytes([main[0], main[1], main[2], main[3]]);
+                rec.relfilenumber = 0;
+                let mut c = RecordChange::new(ChangeAction::Truncate);
+                c.nrelids = u32::from_ne_bytes([main[4], main[5], main[6], main[7]]) as u64;
+                c.clear_toast = false;
+                rec.changes.push(c);
+            }
+            (RM_HEAP_ID, 0x50) => {
+                rec.changes.push(RecordChange::new(ChangeAction::SpecConfirm));
+            }
+            (RM_HEAP2_ID, 0x50) => {
+                // MULTI_INSERT: xl_heap_multi_insert { flags, ntuples, offsets[] }
+                let flags = flags_at(0)?;
+                if flags & XLH_INSERT_CONTAINS_NEW_TUPLE == 0 {
+                    return Ok(Some(rec));
+                }
+                if main.len() < 4 {
+                    return Err(format!("MULTI_INSERT main data of {} bytes", main.len()));
+                }
+                let ntuples = u16::from_ne_bytes([main[2], main[3]]) as usize;
+                let data = block0.ok_or("MULTI_INSERT without block data")?;
+                let mut at = 0usize;
+                for i in 0..ntuples {
+                    at = (at + 1) & !1; // SHORTALIGN
+                    let h = data
+                        .get(at..at + SIZE_OF_MULTI_INSERT_TUPLE)
+                        .ok_or("MULTI_INSERT tuple header past the block data")?;
+                    let datalen = u16::from_ne_bytes([h[0], h[1]]) as usize;
+                    at += SIZE_OF_MULTI_INSERT_TUPLE;
+                    if at + datalen > data.len() {
+                        return Err("MULTI_INSERT tuple past the block data".into());
+                    }
+                    at += datalen;
+                    let mut c = RecordChange::new(ChangeAction::Insert);
+                    c.new_len = Some(datalen as u64 + SIZEOF_HEAP_TUPLE_HEADER);
+                    c.clear_toast = flags & XLH_INSERT_LAST_IN_MULTI != 0 && i + 1 == ntuples;
+                    rec.changes.push(c);
+                }
+            }
+            _ => return Ok(None),
+        }
+        Ok(Some(rec))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn insert_sizes_follow_the_tuple() {
+        let main = [1u8, 0, XLH_INSERT_CONTAINS_NEW_TUPLE];
+        let block = vec![0u8; 5 + 10];
+        let r = ChangeRecord::parse(RM_HEAP_ID, 0x00, &main, Some(&block), 5, 16384)
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.changes.len(), 1);
+        assert_eq!(r.changes[0].new_len, Some(33));
+        let s = StructSizes::x86_64(18);
+        assert_eq!(r.changes[0].size(&s), 104 + 24 + 33);
+    }
+
+    #[test]
+    fn catalog_inserts_queue_nothing() {
+        let main = [1u8, 0, 0];
+        let r = ChangeRecord::parse(RM_HEAP_ID, 0x00, &main, None, 5, 1259)
+            .unwrap()
+            .unwrap();
+        assert!(r.changes.is_empty());
+    }
+
+    #[test]
+    fn multi_insert_tuples_are_short_aligned() {
+        let main = [XLH_INSERT_CONTAINS_NEW_TUPLE | XLH_INSERT_LAST_IN_MULTI, 0, 2, 0, 1, 0, 2, 0];
+        // tuple 1: 7-byte header + 3 bytes (ends at 10), tuple 2 at 10: header + 4
+        let mut block = vec![3u8, 0, 0, 0, 0, 0, 24, 1, 2, 3];
+        block.extend_from_slice(&[4u8, 0, 0, 0, 0, 0, 24, 1, 2, 3, 4]);
+        let r = ChangeRecord::parse(RM_HEAP2_ID, 0x50, &main, Some(&block), 5, 1)
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.changes.len(), 2);
+        assert_eq!(r.changes[0].new_len, Some(26));
+        assert_eq!(r.changes[1].new_len, Some(27));
+        assert!(!r.changes[0].clear_toast && r.changes[1].clear_toast);
+    }
+
+    #[test]
+    fn malformed_bodies_are_errors() {
+        assert!(ChangeRecord::parse(RM_HEAP_ID, 0x20, &[0u8; 3], None, 5, 1).is_err());
+        let main = [XLH_INSERT_CONTAINS_NEW_TUPLE, 0, 9, 0];
+        assert!(ChangeRecord::parse(RM_HEAP2_ID, 0x50, &main, Some(&[1, 2]), 5, 1).is_err());
+    }
+}
