@@ -28,6 +28,7 @@ use snapbuild_core::replication::shared_replays::Held;
 /// KnownAssignedXids (a snapshot leaves out xids past its xmax). No forecast is made for
 /// a copy the slot synchronization keeps (its positions come from the primary).
 fn builder_facts(
+    wal_rate: &diagnose::WalRate,
     replay: &Replay,
     replayed_to: Lsn,
     phase_since: Option<Lsn>,
@@ -62,6 +63,7 @@ fn builder_facts(
         oldest_base_snapshot: b.reorder.oldest_base_snapshot(),
         replayed_to,
         forecasts: Vec::new(),
+        wal_rate: wal_rate.clone(),
     };
     let copy = server.in_recovery && slot.synced;
     if !slot.in_creation() && !copy {
@@ -283,7 +285,7 @@ pub fn finish<T>(
             let mut server = server_facts(&slot.name);
             let builder = group
                 .member(&slot.name)
-                .map(|m| builder_facts(&m.replay, m.last_end, m.phase_since, &slot, &mut server));
+                .map(|m| builder_facts(&m.wal_rate, &m.replay, m.last_end, m.phase_since, &slot, &mut server));
             let bytes = read
                 .iter()
                 .find(|(n, _)| *n == slot.name)
@@ -463,5 +465,6 @@ fn server_facts(slot: &str) -> ServerFacts {
         horizons: activity::horizons(slot),
         running,
         in_progress: Vec::new(),
+        keep: crate::adapter::keep_settings(),
     }
 }
