@@ -283,9 +283,16 @@ pub fn finish<T>(
         .into_iter()
         .map(|(slot, facts, _)| {
             let mut server = server_facts(&slot.name);
-            let builder = group
-                .member(&slot.name)
-                .map(|m| builder_facts(&m.wal_rate, &m.replay, m.last_end, m.phase_since, &slot, &mut server));
+            let builder = group.member(&slot.name).map(|m| {
+                builder_facts(
+                    &m.wal_rate,
+                    &m.replay,
+                    m.last_end,
+                    m.phase_since,
+                    &slot,
+                    &mut server,
+                )
+            });
             let bytes = read
                 .iter()
                 .find(|(n, _)| *n == slot.name)
@@ -337,6 +344,9 @@ fn judge<T>(
 ) -> T {
     // The replay read to the flush position of its own time.
     server.flush_lsn = wal::flush_lsn();
+    if !server.in_recovery {
+        server.insert_lsn = Some(Lsn(unsafe { pg_sys::GetXLogInsertRecPtr() }));
+    }
     let wanted = diagnose::wanted_xids(facts, builder, server);
     let holders = activity::holders(&wanted);
     server.in_progress = activity::in_progress(&wanted);
@@ -466,5 +476,6 @@ fn server_facts(slot: &str) -> ServerFacts {
         running,
         in_progress: Vec::new(),
         keep: crate::adapter::keep_settings(),
+        insert_lsn: None,
     }
 }

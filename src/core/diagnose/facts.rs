@@ -131,6 +131,9 @@ pub struct ServerFacts {
     /// The settings that decide how much WAL a slot keeps and how long it may stay
     /// unused (None: not read).
     pub keep: Option<KeepSettings>,
+    /// pg_current_wal_insert_lsn on a primary (None on a standby): WAL inserted but not
+    /// flushed yet is before every later checkpoint record too.
+    pub insert_lsn: Option<Lsn>,
 }
 
 /// A live backend holding a transaction (pg_stat_activity's columns).
@@ -266,6 +269,7 @@ pub(super) mod samples {
             running: Vec::new(),
             in_progress: Vec::new(),
             keep: None,
+            insert_lsn: None,
         }
     }
 

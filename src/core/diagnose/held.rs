@@ -262,9 +262,8 @@ fn wal_loss_finding(
             "the timeout has passed: the next checkpoint invalidates it (a checkpoint skipped on an idle server does not)".to_string()
         }
         (Some(0.0), _) => format!(
-            "the {} {} is past it: the next checkpoint invalidates it",
-            end_name(server),
-            server.flush_lsn
+            "the WAL ({}) is past it: the next checkpoint invalidates it",
+            server.flush_lsn.max(server.insert_lsn.unwrap_or_default())
         ),
         (Some(secs), Some(r)) => format!(
             "at the WAL rate of the last {:.0} s ({:.0} bytes/s, from the commit times in the WAL) the WAL reaches it in about {:.0} s; the first checkpoint after that invalidates it",
@@ -316,7 +315,8 @@ fn wal_loss_finding(
     }
     f.lsn = loss.lsn;
     f.since = loss.at;
-    f.bytes = loss.lsn.map(|l| bytes_between(server.flush_lsn, l));
+    let pos = server.flush_lsn.max(server.insert_lsn.unwrap_or_default());
+    f.bytes = loss.lsn.map(|l| bytes_between(pos, l));
     let raise = match cause {
         LossCause::WalRemoved => "raise max_slot_wal_keep_size (ALTER SYSTEM SET max_slot_wal_keep_size = '…'; SELECT pg_reload_conf())",
         LossCause::IdleTimeout => "raise idle_replication_slot_timeout (ALTER SYSTEM, then SELECT pg_reload_conf())",

@@ -309,6 +309,8 @@ pub fn predict(slot: &SlotFacts, server: &ServerFacts, rate: Option<&WalRate>) -
         return WalLoss::none("the slot has no restart_lsn: it keeps no WAL");
     }
     let now = server.now;
+    // Where WAL stands now: every later checkpoint record ends after it.
+    let pos = server.flush_lsn.max(server.insert_lsn.unwrap_or_default());
     let mut wal = WalLoss {
         lsn: loss_lsn(slot.restart_lsn, s),
         ..Default::default()
@@ -317,17 +319,17 @@ pub fn predict(slot: &SlotFacts, server: &ServerFacts, rate: Option<&WalRate>) -
         None => wal.unknown = Some("max_slot_wal_keep_size is -1: no WAL limit".into()),
         Some(l) => {
             wal.cause = Some(LossCause::WalRemoved);
-            if server.flush_lsn >= l {
+            if pos >= l {
                 wal.at = Some(now);
                 wal.in_s = Some(0.0);
             } else {
                 let measured = match rate {
-                    Some(r) => r.rate(server.flush_lsn, now),
+                    Some(r) => r.rate(pos, now),
                     None => Err("the slot's WAL is not replayed here".into()),
                 };
                 match measured {
                     Ok(r) => {
-                        let secs = (l.0 - server.flush_lsn.0) as f64 / r.bytes_per_s;
+                        let secs = (l.0 - pos.0) as f64 / r.bytes_per_s;
                         wal.in_s = Some(secs);
                         wal.at = Some(
                             now.saturating_add((secs * 1e6).min(i64::MAX as f64 / 2.0) as i64),
