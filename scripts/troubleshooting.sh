@@ -7,7 +7,7 @@
 # PGSNAP_TS_PGDIR names another PostgreSQL tree (17 or later: failover slots) with the
 # extension installed; the default is .pg/18.
 #
-# A primary on 127.0.0.1:55760 and, for the hot-standby incidents, its standby on 55761 (made
+# A primary on 127.0.0.1:55760 (PGSNAP_TS_PORT) and, for the hot-standby incidents, its standby on 55761 (made
 # with pg_basebackup -R), data and logs in .work/troubleshooting/ (made afresh at each run and
 # kept afterwards for a look; both servers are stopped when the script ends, also on failure).
 # The servers run as the OS user postgres (through sudo -n when run as root).
@@ -30,8 +30,8 @@ BIN=$PGDIR/bin
 W=$ROOT/.work/troubleshooting
 OUT=$W/out
 RUN=$W/run
-PPORT=55760
-SPORT=55761
+PPORT=${PGSNAP_TS_PORT:-55760}
+SPORT=$((PPORT + 1))
 PDATA=$W/primary/data
 PLOG=$W/primary/server.log
 SDATA=$W/standby/data
@@ -671,6 +671,52 @@ FROM pg_replication_slots WHERE slot_name = 'failover_slot';"
 log_excerpt f8_log_after "$SLOG" "$off" '"failover_slot" is sync-ready now'
 show -p $SPORT -x f8_diag_after "SELECT kind, finding, remedy FROM snapbuild_diagnose('failover_slot');"
 expect_kinds "8 (failover slot)" $SPORT failover_slot "synchronized"
+
+# ---------------------------------------------------------------------------------------
+# 9. will the slot be invalidated, and when: max_slot_wal_keep_size and an unused slot
+# ---------------------------------------------------------------------------------------
+
+say "9. the WAL loss forecast of an unused slot"
+q $PPORT "ALTER SYSTEM SET max_slot_wal_keep_size = '64MB'" >/dev/null
+q $PPORT "SELECT pg_reload_conf()" >/dev/null
+sleep 1
+q $PPORT "SELECT pg_create_logical_replication_slot('reporting_slot', 'test_decoding')" >/dev/null
+# the application writes at a steady pace; nobody consumes reporting_slot
+for _ in $(seq 1 40); do
+    q $PPORT "INSERT INTO orders (status) SELECT 'steady' FROM generate_series(1, 3000)" >/dev/null
+    sleep 0.25
+done
+show l9_settings "SELECT name, setting, unit FROM pg_settings
+WHERE name IN ('max_slot_wal_keep_size', 'wal_keep_size', 'wal_segment_size');"
+show l9_slot "SELECT slot_name, active, restart_lsn, wal_status,
+       pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)) AS retained_wal
+FROM pg_replication_slots WHERE slot_name = 'reporting_slot';"
+show l9_health "SELECT slot_name, consumer_attached, wal_loss_lsn, wal_loss_at,
+       round(wal_loss_in_s) AS wal_loss_in_s, wal_loss_cause
+FROM snapbuild_slot_health WHERE slot_name = 'reporting_slot';"
+show -x l9_diag "SELECT kind, finding, lsn, since, pg_size_pretty(bytes) AS bytes_left, remedy
+FROM snapbuild_diagnose('reporting_slot') WHERE kind = 'wal loss forecast';"
+expect_kinds "9 (WAL loss forecast)" $PPORT reporting_slot "wal loss forecast" "no consumer"
+expect "9 (WAL loss forecast)" $PPORT "SELECT wal_loss_cause = 'wal_removed' AND wal_loss_in_s > 0
+    FROM snapbuild_slot_health WHERE slot_name = 'reporting_slot'"
+loss_lsn=$(q $PPORT "SELECT wal_loss_lsn FROM snapbuild_slot_health WHERE slot_name = 'reporting_slot'")
+# the application goes on until the WAL passes the position: the server says unreserved
+until [ "$(q $PPORT "SELECT pg_current_wal_lsn() >= '$loss_lsn'")" = t ]; do
+    q $PPORT "INSERT INTO orders (status) SELECT 'more' FROM generate_series(1, 20000)" >/dev/null
+done
+show l9_unreserved "SELECT slot_name, restart_lsn, wal_status, pg_current_wal_lsn() AS wal_position
+FROM pg_replication_slots WHERE slot_name = 'reporting_slot';"
+expect "9 (WAL loss forecast)" $PPORT "SELECT wal_status = 'unreserved' FROM pg_replication_slots
+    WHERE slot_name = 'reporting_slot'"
+show l9_checkpoint "CHECKPOINT;"
+show l9_lost "SELECT slot_name, restart_lsn, wal_status, invalidation_reason
+FROM pg_replication_slots WHERE slot_name = 'reporting_slot';"
+expect "9 (WAL loss forecast)" $PPORT "SELECT invalidation_reason = 'wal_removed' FROM pg_replication_slots
+    WHERE slot_name = 'reporting_slot'"
+keep l9_loss_lsn "$loss_lsn"
+q $PPORT "SELECT pg_drop_replication_slot('reporting_slot')" >/dev/null
+q $PPORT "ALTER SYSTEM RESET max_slot_wal_keep_size" >/dev/null
+q $PPORT "SELECT pg_reload_conf()" >/dev/null
 
 # ---------------------------------------------------------------------------------------
 # the page

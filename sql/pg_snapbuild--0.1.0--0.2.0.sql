@@ -76,7 +76,12 @@ CREATE FUNCTION "snapbuild_slot_health"() RETURNS TABLE (
 	"replayed_bytes" bigint,
 	"running_xacts_age_s" double precision,
 	"releasable_bytes" bigint,
-	"replay_state" TEXT
+	"replay_state" TEXT,
+	"consumer_attached" bool,
+	"wal_loss_lsn" pg_lsn,
+	"wal_loss_at" timestamp with time zone,
+	"wal_loss_in_s" double precision,
+	"wal_loss_cause" TEXT
 )
 STRICT
 LANGUAGE c

@@ -2,7 +2,8 @@
 //! steady pace and writes to the server log what a DBA would otherwise learn only by
 //! asking ([`snapbuild_core::diagnose::watch`]): a slot creation that waits, naming the
 //! transactions it waits for, their holders and the remedy; a restart_lsn or catalog_xmin
-//! held by the same transaction for long.
+//! held by the same transaction for long; a slot the server will invalidate soon (the WAL
+//! loss forecast: max_slot_wal_keep_size, idle_replication_slot_timeout).
 //!
 //! It runs only when the library is in `shared_preload_libraries` and
 //! `pg_snapbuild.watcher` is on (the default). It starts once the server accepts read-only
@@ -58,6 +59,8 @@ static WATCH_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(5_000);
 static LOG_WAITS_AFTER: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 /// `pg_snapbuild.log_holds_after`, milliseconds (0: off).
 static LOG_HOLDS_AFTER: GucSetting<i32> = GucSetting::<i32>::new(300_000);
+/// `pg_snapbuild.log_loss_within`, seconds (0: off).
+static LOG_LOSS_WITHIN: GucSetting<i32> = GucSetting::<i32>::new(3_600);
 /// `pg_snapbuild.debug_look_error_every`: a developer setting (hidden): every Nth look
 /// raises an ERROR after its WAL read (0: never), to test what survives one.
 static DEBUG_LOOK_ERROR_EVERY: GucSetting<i32> = GucSetting::<i32>::new(0);
@@ -80,7 +83,7 @@ pub fn init() {
         GucRegistry::define_bool_guc(
             c"pg_snapbuild.watcher",
             c"Starts pg_snapbuild's watcher background worker.",
-            c"The watcher diagnoses every logical slot at each pg_snapbuild.watch_interval and writes a LOG line about a slot creation that waits (pg_snapbuild.log_waits_after) or a restart_lsn or catalog_xmin held by one transaction (pg_snapbuild.log_holds_after). Needs pg_snapbuild in shared_preload_libraries.",
+            c"The watcher diagnoses every logical slot at each pg_snapbuild.watch_interval and writes a LOG line about a slot creation that waits (pg_snapbuild.log_waits_after), a restart_lsn or catalog_xmin held by one transaction (pg_snapbuild.log_holds_after), or a slot the server will invalidate soon (pg_snapbuild.log_loss_within). Needs pg_snapbuild in shared_preload_libraries.",
             &WATCHER,
             GucContext::Postmaster,
             GucFlags::default(),
@@ -125,6 +128,16 @@ pub fn init() {
         GucFlags::UNIT_MS,
     );
     GucRegistry::define_int_guc(
+        c"pg_snapbuild.log_loss_within",
+        c"Logs a slot the server will invalidate within this long if its restart_lsn stays (0: never).",
+        c"pg_snapbuild's watcher writes one LOG line per slot and prediction (max_slot_wal_keep_size, idle_replication_slot_timeout).",
+        &LOG_LOSS_WITHIN,
+        0,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
         c"pg_snapbuild.debug_look_error_every",
         c"Developer setting: every Nth look of the watcher raises an ERROR (0: never).",
         c"For tests of what the watcher keeps across an ERROR.",
@@ -153,6 +166,7 @@ fn settings() -> WatchSettings {
         log_waits_after: us(LOG_WAITS_AFTER.get()),
         log_holds_after: us(LOG_HOLDS_AFTER.get()),
         repeat_every: REPEAT_EVERY.as_micros() as i64,
+        log_loss_within: i64::from(LOG_LOSS_WITHIN.get().max(0)) * 1_000_000,
     }
 }
 
@@ -241,7 +255,7 @@ pub extern "C-unwind" fn pg_snapbuild_watcher_main(_arg: pg_sys::Datum) {
     loop {
         sleep(pause(failures));
         let s = settings();
-        if s.log_waits_after == 0 && s.log_holds_after == 0 {
+        if s.log_waits_after == 0 && s.log_holds_after == 0 && s.log_loss_within == 0 {
             continue;
         }
         looks += 1;

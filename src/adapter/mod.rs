@@ -32,6 +32,33 @@ pub fn server_version() -> snapbuild_core::PgVersion {
     snapbuild_core::PgVersion::from_version_num(num)
 }
 
+/// The value of setting `name` as GetConfigOption gives it (an integer in the setting's
+/// base unit, `on`/`off` for a boolean); `None` when the server has no such setting.
+fn setting(name: &std::ffi::CStr) -> Option<String> {
+    // SAFETY: GetConfigOption with missing_ok = true returns NULL for an unknown setting
+    // or a pointer to a value string valid until the next call; it is copied at once.
+    unsafe {
+        let p = pgrx::pg_sys::GetConfigOption(name.as_ptr(), true, false);
+        (!p.is_null()).then(|| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned())
+    }
+}
+
+/// The settings that decide how much WAL a slot keeps and how long it may stay unused
+/// (xlog.c's max_slot_wal_keep_size_mb, wal_keep_size_mb, wal_segment_size, slot.c's
+/// idle_replication_slot_timeout_secs on 18, summarize_wal on 17+), as they are now in
+/// this backend (a reload reaches it at its next command). `None` if one of the first
+/// three cannot be read.
+pub fn keep_settings() -> Option<snapbuild_core::diagnose::KeepSettings> {
+    let int = |n: &std::ffi::CStr| setting(n).and_then(|v| v.trim().parse::<i64>().ok());
+    Some(snapbuild_core::diagnose::KeepSettings {
+        max_slot_wal_keep_size_mb: i32::try_from(int(c"max_slot_wal_keep_size")?).ok()?,
+        wal_keep_size_mb: i32::try_from(int(c"wal_keep_size")?).ok()?,
+        wal_segment_size: u64::try_from(int(c"wal_segment_size")?).ok()?,
+        idle_timeout_s: int(c"idle_replication_slot_timeout").and_then(|v| i32::try_from(v).ok()),
+        summarize_wal: setting(c"summarize_wal").as_deref() == Some("on"),
+    })
+}
+
 /// Raises a PostgreSQL ERROR with `code` and `message`; usable in expression position.
 pub fn raise(code: pgrx::PgSqlErrorCode, message: impl Into<String>) -> ! {
     let message: String = message.into();

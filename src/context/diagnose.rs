@@ -28,6 +28,7 @@ use snapbuild_core::replication::shared_replays::Held;
 /// KnownAssignedXids (a snapshot leaves out xids past its xmax). No forecast is made for
 /// a copy the slot synchronization keeps (its positions come from the primary).
 fn builder_facts(
+    wal_rate: &diagnose::WalRate,
     replay: &Replay,
     replayed_to: Lsn,
     phase_since: Option<Lsn>,
@@ -62,6 +63,7 @@ fn builder_facts(
         oldest_base_snapshot: b.reorder.oldest_base_snapshot(),
         replayed_to,
         forecasts: Vec::new(),
+        wal_rate: wal_rate.clone(),
     };
     let copy = server.in_recovery && slot.synced;
     if !slot.in_creation() && !copy {
@@ -281,9 +283,16 @@ pub fn finish<T>(
         .into_iter()
         .map(|(slot, facts, _)| {
             let mut server = server_facts(&slot.name);
-            let builder = group
-                .member(&slot.name)
-                .map(|m| builder_facts(&m.replay, m.last_end, m.phase_since, &slot, &mut server));
+            let builder = group.member(&slot.name).map(|m| {
+                builder_facts(
+                    &m.wal_rate,
+                    &m.replay,
+                    m.last_end,
+                    m.phase_since,
+                    &slot,
+                    &mut server,
+                )
+            });
             let bytes = read
                 .iter()
                 .find(|(n, _)| *n == slot.name)
@@ -335,6 +344,9 @@ fn judge<T>(
 ) -> T {
     // The replay read to the flush position of its own time.
     server.flush_lsn = wal::flush_lsn();
+    if !server.in_recovery {
+        server.insert_lsn = Some(Lsn(unsafe { pg_sys::GetXLogInsertRecPtr() }));
+    }
     let wanted = diagnose::wanted_xids(facts, builder, server);
     let holders = activity::holders(&wanted);
     server.in_progress = activity::in_progress(&wanted);
@@ -463,5 +475,7 @@ fn server_facts(slot: &str) -> ServerFacts {
         horizons: activity::horizons(slot),
         running,
         in_progress: Vec::new(),
+        keep: crate::adapter::keep_settings(),
+        insert_lsn: None,
     }
 }

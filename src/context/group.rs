@@ -80,6 +80,9 @@ pub struct Member {
     pub stopped: bool,
     /// `.snap` files' format version on this server.
     version: u32,
+    /// The WAL rate, from the commit and abort records it took (their `xact_time`).
+    #[serde(default)]
+    pub wal_rate: snapbuild_core::diagnose::WalRate,
     /// How far the shared area holds this replay (0: not at all, or not known).
     #[serde(skip)]
     shared_end: Lsn,
@@ -151,7 +154,7 @@ fn catch_up(members: &mut [Member], ties: Vec<Option<Tie>>) -> usize {
     for (i, tie) in ties.into_iter().enumerate() {
         let Some(t) = tie else { continue };
         followers += 1;
-        let (replay, last_end, records, phase_since, stopped) = {
+        let (replay, last_end, records, phase_since, stopped, wal_rate) = {
             let l = &members[t.leader];
             (
                 t.join.follower_now(&l.replay),
@@ -159,9 +162,11 @@ fn catch_up(members: &mut [Member], ties: Vec<Option<Tie>>) -> usize {
                 l.records - t.leader_records,
                 (l.phase_since != t.leader_phase_since).then_some(l.phase_since),
                 l.stopped,
+                l.wal_rate.clone(),
             )
         };
         let m = &mut members[i];
+        m.wal_rate.merge(&wal_rate);
         m.replay = replay;
         m.last_end = last_end;
         m.records += records;
@@ -290,6 +295,7 @@ impl ReplayGroup {
             phase_since: None,
             stopped: false,
             version: input.params.version.snapbuild_version(),
+            wal_rate: Default::default(),
             shared_end: Lsn(0),
         });
         true
@@ -411,6 +417,7 @@ impl ReplayGroup {
             // before it.
             pace.between_records(n, members, fed);
             n += 1;
+            let xact_time = reader.xact_time();
             let rec = &reader.rec;
             for &i in fed.iter() {
                 let m = &mut members[i];
@@ -438,6 +445,9 @@ impl ReplayGroup {
                 }
                 m.records += 1;
                 m.last_end = rec.head.end_lsn;
+                if let Some(t) = xact_time {
+                    m.wal_rate.note(rec.head.end_lsn, t);
+                }
             }
             if joining && rec.head.kind == RecordKind::RunningXacts && fed.len() > 1 {
                 join_alike(members, fed, &mut ties);

@@ -94,6 +94,12 @@ fn row(f: Finding) -> DiagnoseRow {
 ///   transaction, `lsn` restart_lsn afterwards (NULL when it is that RUNNING_XACTS record
 ///   itself, whose LSN is not known yet), `bytes` the WAL released (restart_lsn's move),
 ///   `forecast_catalog_xmin` catalog_xmin afterwards (NULL: the next xid then).
+/// - `wal loss forecast` (a created slot whose restart_lsn something holds back, or that
+///   is past the loss position, or on 18 an unused slot with
+///   idle_replication_slot_timeout set): when the server will invalidate it if
+///   restart_lsn stays: `lsn` the position past which the next checkpoint invalidates it
+///   (xlog.c KeepLogSeg), `since` the predicted time, `bytes` the WAL left before it; the
+///   holder's columns and remedy are those of the row that holds restart_lsn.
 /// - `catalog horizon` (informational): whether the slot's catalog_xmin is the oldest
 ///   xmin horizon of the cluster (VACUUM keeps catalog rows deleted from there on) or
 ///   which slot, backend or prepared transaction holds an older one (`xid`).
@@ -194,7 +200,18 @@ fn state_text(h: &snapbuild_core::diagnose::Health) -> Option<String> {
 /// position when the target is the next RUNNING_XACTS; 0 when it would not move; NULL
 /// without a forecast), `replay_state` (text: where the slot's replay is kept for the next
 /// call: `shared`, in shared memory, resumed by every session and the watcher; `backend`,
-/// in this backend only; NULL when not replayed).
+/// in this backend only; NULL when not replayed), `consumer_attached` (the slot has an
+/// active_pid: a consumer, walsender or the creating backend uses it), and the WAL loss
+/// forecast if restart_lsn stays where it is (see `snapbuild_core::diagnose::wal_loss`):
+/// `wal_loss_lsn` (pg_lsn: the position past which the next checkpoint invalidates the
+/// slot, re-running xlog.c KeepLogSeg with max_slot_wal_keep_size and wal_keep_size;
+/// NULL when max_slot_wal_keep_size is -1, the slot is invalidated or has no
+/// restart_lsn), `wal_loss_at` (timestamptz: when the WAL reaches it at the rate
+/// measured from the commit times in the WAL, now when it is past; on 18 for an unused
+/// slot inactive_since plus idle_replication_slot_timeout, if earlier; NULL when
+/// unknown), `wal_loss_in_s` (float8: seconds from now to `wal_loss_at`, 0 when past:
+/// the next checkpoint invalidates it), `wal_loss_cause` (`wal_removed` or
+/// `idle_timeout`, slot.c's names; NULL when none is predicted).
 ///
 /// The WAL is read once for all slots, from the earliest position any of their replays
 /// needs (see `context::group`). Each slot's replay is kept between calls (until the
@@ -222,6 +239,11 @@ fn snapbuild_slot_health() -> TableIterator<
         name!(running_xacts_age_s, Option<f64>),
         name!(releasable_bytes, Option<i64>),
         name!(replay_state, Option<String>),
+        name!(consumer_attached, bool),
+        name!(wal_loss_lsn, Option<PgLsn>),
+        name!(wal_loss_at, Option<TimestampWithTimeZone>),
+        name!(wal_loss_in_s, Option<f64>),
+        name!(wal_loss_cause, Option<String>),
     ),
 > {
     let slots: Vec<_> = crate::adapter::slots::copy_slots()
@@ -245,6 +267,11 @@ fn snapbuild_slot_health() -> TableIterator<
             h.running_xacts_age_s,
             h.releasable_bytes,
             judged.replay.text().map(str::to_owned),
+            h.consumer_attached,
+            h.wal_loss.lsn.map(PgLsn::from),
+            tstz(h.wal_loss.at),
+            h.wal_loss.in_s,
+            h.wal_loss.cause.map(|c| c.as_str().to_owned()),
         ));
     }
     TableIterator::new(rows)

@@ -483,6 +483,29 @@ impl WalReader {
             true
         }
     }
+
+    /// The time a commit or abort record read whole by [`WalReader::next_record`] was
+    /// written: its `xact_time` (the first field of xl_xact_commit and xl_xact_abort),
+    /// microseconds since 2000-01-01. `None` for any other record.
+    pub fn xact_time(&self) -> Option<i64> {
+        if !matches!(
+            self.rec.head.kind,
+            RecordKind::Commit
+                | RecordKind::CommitPrepared
+                | RecordKind::Abort
+                | RecordKind::AbortPrepared
+        ) {
+            return None;
+        }
+        // SAFETY: such a record is never a lean one: it is the reader's current record,
+        // whose main data stays valid until the next read.
+        let cur = unsafe { compat::current(self.reader) };
+        if cur.main_data.is_null() || cur.main_data_len < 8 {
+            return None;
+        }
+        let data = unsafe { std::slice::from_raw_parts(cur.main_data as *const u8, 8) };
+        Some(i64::from_ne_bytes(data.try_into().ok()?))
+    }
 }
 
 impl Drop for WalReader {

@@ -9,6 +9,7 @@
 //! xl_running_xacts, pg_stat_activity, pg_prepared_xacts and pg_locks.
 
 use super::forecast::Forecast;
+use super::wal_loss::{KeepSettings, WalRate};
 use crate::include::snapbuild::SnapBuildState;
 use crate::include::standbydefs::RunningXacts;
 use crate::include::transam::TransactionId;
@@ -48,6 +49,9 @@ pub struct BuilderFacts {
     ///
     /// [`forecast()`]: super::forecast::forecast
     pub forecasts: Vec<Forecast>,
+    /// The WAL rate as the replay measured it from its commit and abort records
+    /// ([`WalRate`]).
+    pub wal_rate: WalRate,
 }
 
 /// The slot, as shared memory and `pg_replication_slots` show it.
@@ -124,6 +128,12 @@ pub struct ServerFacts {
     ///
     /// [`wanted_xids`]: super::waits::wanted_xids
     pub in_progress: Vec<TransactionId>,
+    /// The settings that decide how much WAL a slot keeps and how long it may stay
+    /// unused (None: not read).
+    pub keep: Option<KeepSettings>,
+    /// pg_current_wal_insert_lsn on a primary (None on a standby): WAL inserted but not
+    /// flushed yet is before every later checkpoint record too.
+    pub insert_lsn: Option<Lsn>,
 }
 
 /// A live backend holding a transaction (pg_stat_activity's columns).
@@ -258,6 +268,8 @@ pub(super) mod samples {
             horizons: Vec::new(),
             running: Vec::new(),
             in_progress: Vec::new(),
+            keep: None,
+            insert_lsn: None,
         }
     }
 

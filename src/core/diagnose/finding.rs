@@ -32,6 +32,9 @@ pub enum FindingKind {
     /// On a standby (17+): a copy of the primary's failover slot, persistent
     /// (sync-ready); its positions follow the primary's slot.
     Synchronized,
+    /// The server will invalidate the slot (max_slot_wal_keep_size, or on 18
+    /// idle_replication_slot_timeout) if restart_lsn stays where it is: where and when.
+    WalLossForecast,
     /// restart_lsn cannot pass the restart point of the oldest running transaction.
     RestartLsnHeld,
     /// catalog_xmin cannot pass the oldest running transaction.
@@ -66,6 +69,7 @@ impl FindingKind {
             FindingKind::WaitingForWal => "waiting for WAL",
             FindingKind::SyncPending => "sync pending",
             FindingKind::Synchronized => "synchronized",
+            FindingKind::WalLossForecast => "wal loss forecast",
             FindingKind::RestartLsnHeld => "restart_lsn held",
             FindingKind::CatalogXminHeld => "catalog_xmin held",
             FindingKind::Forecast => "forecast",

@@ -10,6 +10,7 @@ use super::finding::FindingKind;
 use super::forecast::ForecastLsn;
 use super::slotsync;
 use super::waits::waited_xids;
+use super::wal_loss::{self, WalLoss};
 use crate::include::snapbuild::SnapBuildState;
 use crate::include::transam;
 use crate::include::xlogdefs::Lsn;
@@ -48,6 +49,12 @@ pub struct Health {
     ///
     /// [`Forecast`]: super::forecast::Forecast
     pub releasable_bytes: Option<i64>,
+    /// A process uses the slot (an active_pid: a consumer, a walsender, the creating
+    /// backend).
+    pub consumer_attached: bool,
+    /// When the server will invalidate the slot if restart_lsn stays where it is
+    /// ([`wal_loss::predict`]).
+    pub wal_loss: WalLoss,
 }
 
 /// [`Health`] from the same inputs as [`diagnose`].
@@ -105,6 +112,8 @@ pub fn health(
                 }
                 _ => fc.released_bytes(slot.restart_lsn).unwrap_or(0),
             }),
+        consumer_attached: slot.active_pid.is_some(),
+        wal_loss: wal_loss::predict(slot, server, builder.map(|b| &b.wal_rate)),
     }
 }
 

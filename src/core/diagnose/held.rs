@@ -16,6 +16,7 @@ use super::remedy::{
 };
 use super::slotsync;
 use super::waits::{catalog_xmin_holder, describe_backend, on_primary, xid_status, XidStatus};
+use super::wal_loss::{self, LossCause};
 use crate::include::transam::{self, TransactionId};
 
 pub(super) fn created_findings(
@@ -30,6 +31,9 @@ pub(super) fn created_findings(
     if let Some(c) = copy {
         problems += slotsync::copy_findings(slot, c, builder, server, holders, out);
     }
+    // The loss forecast goes before the rows that say what holds restart_lsn, once
+    // they are known.
+    let loss_at = out.len();
     // A temporary copy does not move by decoding: its rows above say what moves it.
     let pending = copy.is_some_and(|c| c.temporary);
     // Who moves the positions once a transaction ended: this slot's consumer, or for a
@@ -163,6 +167,10 @@ pub(super) fn created_findings(
         ));
         out.push(f);
     }
+    if let Some(f) = wal_loss_finding(slot, builder, server, &out[loss_at..]) {
+        problems += 1;
+        out.insert(loss_at, f);
+    }
     if let Some(f) = horizon_finding(slot, server) {
         out.push(f);
     }
@@ -214,6 +222,110 @@ pub(super) fn created_findings(
             ),
         ));
     }
+}
+
+/// The `wal loss forecast` row ([`wal_loss::predict`]): for a slot whose restart_lsn
+/// something holds back (`held`: the rows found so far: `restart_lsn held`, `pending
+/// restart candidate`, `no consumer`, a synced copy's rows), or that is past the loss
+/// position already, or that the idle timeout will invalidate. `lsn` the loss position
+/// (NULL for the idle timeout without max_slot_wal_keep_size), `since` the predicted
+/// time, `bytes` the WAL still to be written before it; the holder's columns and remedy
+/// come from the row that holds restart_lsn.
+fn wal_loss_finding(
+    slot: &SlotFacts,
+    builder: Option<&BuilderFacts>,
+    server: &ServerFacts,
+    held: &[Finding],
+) -> Option<Finding> {
+    let loss = wal_loss::predict(slot, server, builder.map(|b| &b.wal_rate));
+    let cause = loss.cause?;
+    let holder = held.iter().find(|f| {
+        matches!(
+            f.kind,
+            Some(
+                FindingKind::RestartLsnHeld
+                    | FindingKind::PendingRestartCandidate
+                    | FindingKind::NoConsumer
+                    | FindingKind::SyncPending
+                    | FindingKind::Synchronized
+            )
+        )
+    });
+    if cause == LossCause::WalRemoved && holder.is_none() && !loss.is_past() {
+        // A consumer moves restart_lsn on: no loss to forecast while it does.
+        return None;
+    }
+    let s = server.keep.as_ref()?;
+    let name = &slot.name;
+    let when = match (loss.in_s, loss.rate) {
+        (Some(0.0), _) if cause == LossCause::IdleTimeout => {
+            "the timeout has passed: the next checkpoint invalidates it (a checkpoint skipped on an idle server does not)".to_string()
+        }
+        (Some(0.0), _) => format!(
+            "the WAL ({}) is past it: the next checkpoint invalidates it",
+            server.flush_lsn.max(server.insert_lsn.unwrap_or_default())
+        ),
+        (Some(secs), Some(r)) => format!(
+            "at the WAL rate of the last {:.0} s ({:.0} bytes/s, from the commit times in the WAL) the WAL reaches it in about {:.0} s; the first checkpoint after that invalidates it",
+            r.over_s, r.bytes_per_s, secs
+        ),
+        (Some(secs), None) => format!(
+            "in about {secs:.0} s; the first checkpoint after that invalidates it (a checkpoint skipped on an idle server does not)"
+        ),
+        (None, _) => format!(
+            "when is unknown ({})",
+            loss.unknown.as_deref().unwrap_or("no WAL rate")
+        ),
+    };
+    let why = match cause {
+        LossCause::WalRemoved => {
+            let l = loss.lsn?;
+            let keep = wal_loss::mb_to_segs(s.max_slot_wal_keep_size_mb, s.wal_segment_size);
+            let wal_keep = wal_loss::mb_to_segs(s.wal_keep_size_mb.max(0), s.wal_segment_size);
+            let limit = if wal_keep > keep {
+                format!("wal_keep_size ({} MB, {wal_keep} segments)", s.wal_keep_size_mb)
+            } else {
+                format!(
+                    "max_slot_wal_keep_size ({} MB, {keep} segments)",
+                    s.max_slot_wal_keep_size_mb
+                )
+            };
+            let summarizer = if s.summarize_wal {
+                "; summarize_wal is on: a WAL summarizer behind restart_lsn delays it"
+            } else {
+                ""
+            };
+            format!(
+                "slot \"{name}\" will be invalidated (wal_removed) by the first checkpoint whose record ends at or after {l}: {limit} keeps only that many segments before the checkpoint's, and restart_lsn {} would lie before them; {when}{summarizer}",
+                slot.restart_lsn
+            )
+        }
+        LossCause::IdleTimeout => format!(
+            "slot \"{name}\" will be invalidated (idle_timeout) at the first checkpoint after it has been unused for idle_replication_slot_timeout ({} s) since inactive_since; {when}",
+            s.idle_timeout_s.unwrap_or(0)
+        ),
+    };
+    let mut f = Finding::new(FindingKind::WalLossForecast, why);
+    if let Some(h) = holder {
+        f.finding.push_str("; restart_lsn is kept back because ");
+        f.finding.push_str(&h.finding);
+        f.xid = h.xid;
+        f.backend = h.backend.clone();
+        f.prepared = h.prepared.clone();
+    }
+    f.lsn = loss.lsn;
+    f.since = loss.at;
+    let pos = server.flush_lsn.max(server.insert_lsn.unwrap_or_default());
+    f.bytes = loss.lsn.map(|l| bytes_between(pos, l));
+    let raise = match cause {
+        LossCause::WalRemoved => "raise max_slot_wal_keep_size (ALTER SYSTEM SET max_slot_wal_keep_size = '…'; SELECT pg_reload_conf())",
+        LossCause::IdleTimeout => "raise idle_replication_slot_timeout (ALTER SYSTEM, then SELECT pg_reload_conf())",
+    };
+    f.remedy = Some(match holder.and_then(|h| h.remedy.as_deref()) {
+        Some(r) => format!("{r}; or {raise}"),
+        None => raise.to_string(),
+    });
+    Some(f)
 }
 
 /// Fills `f`'s holder columns and remedy from `status` (a session or prepared
@@ -714,5 +826,78 @@ mod tests {
             health(&s, Some(&b), &server(18), &[]).confirmed_flush_lag_bytes,
             None
         );
+    }
+
+    #[test]
+    fn a_held_slot_gets_a_wal_loss_forecast_naming_its_holder() {
+        const SEG: u64 = 16 << 20;
+        let mut s = creating();
+        s.in_creation = false;
+        s.restart_lsn = Lsn(5 * SEG + 0x28);
+        s.confirmed_flush = Some(Lsn(5 * SEG + 0x100));
+        s.catalog_xmin = 640;
+        let mut rate = wal_loss::WalRate::default();
+        rate.note(Lsn(6 * SEG), 100_000_000);
+        let b = BuilderFacts {
+            state: Some(SnapBuildState::Consistent),
+            last_running: Some((Lsn(5 * SEG + 0x200), running(990, &[650], &[]))),
+            oldest_txn: Some((650, Lsn(5 * SEG + 0x80))),
+            replayed_to: Lsn(7 * SEG),
+            wal_rate: rate,
+            ..Default::default()
+        };
+        let keep = wal_loss::KeepSettings {
+            max_slot_wal_keep_size_mb: 64,
+            wal_keep_size_mb: 0,
+            wal_segment_size: SEG,
+            idle_timeout_s: None,
+            summarize_wal: false,
+        };
+        let srv = ServerFacts {
+            flush_lsn: Lsn(7 * SEG),
+            now: 110_000_000,
+            running: vec![650],
+            in_progress: vec![650],
+            keep: Some(keep),
+            ..server(17)
+        };
+        let holders = [Holder {
+            xid: 650,
+            kind: HolderKind::Backend(backend(42)),
+        }];
+        let f = diagnose(&s, Some(&b), &srv, &holders);
+        assert_eq!(kinds(&f)[..2], ["wal loss forecast", "restart_lsn held"]);
+        let w = &f[0];
+        assert_eq!(w.lsn, Some(Lsn(10 * SEG)));
+        assert_eq!(w.since, Some(140_000_000));
+        assert_eq!(w.bytes, Some(3 * SEG as i64));
+        assert_eq!(
+            (w.xid, w.backend.as_ref().map(|b| b.pid)),
+            (Some(650), Some(42))
+        );
+        assert!(
+            w.finding.contains("(wal_removed)") && w.finding.contains("xid 650"),
+            "{}",
+            w.finding
+        );
+        assert!(w
+            .remedy
+            .as_deref()
+            .unwrap()
+            .contains("pg_terminate_backend(42)"));
+        let h = health(&s, Some(&b), &srv, &holders);
+        assert_eq!(h.wal_loss.lsn, Some(Lsn(10 * SEG)));
+        assert_eq!(h.wal_loss.in_s, Some(30.0));
+        // A consumer that moves restart_lsn on: no row, the health numbers stay.
+        s.active_pid = Some(9);
+        let free = BuilderFacts {
+            oldest_txn: None,
+            ..b.clone()
+        };
+        let f = diagnose(&s, Some(&free), &srv, &[]);
+        assert!(!kinds(&f).contains(&"wal loss forecast"), "{:?}", kinds(&f));
+        let h = health(&s, Some(&free), &srv, &[]);
+        assert!(h.consumer_attached);
+        assert_eq!(h.wal_loss.in_s, Some(30.0));
     }
 }

@@ -26,6 +26,7 @@ mod held;
 mod remedy;
 pub mod slotsync;
 mod waits;
+pub mod wal_loss;
 pub mod watch;
 pub use facts::{
     Backend, BuilderFacts, Holder, HolderKind, Horizon, Prepared, ServerFacts, SlotFacts,
@@ -35,6 +36,7 @@ pub use finding::{Finding, FindingKind};
 pub use forecast::{forecast, Forecast, ForecastLsn, ForecastXid};
 pub use health::{health, Health};
 pub use waits::{builder_waits, holding_xids, waited_xids, wanted_xids};
+pub use wal_loss::{KeepSettings, LossCause, WalLoss, WalRate};
 
 use creation::creation_findings;
 use held::created_findings;

@@ -7,7 +7,10 @@
 //!   for with its holder: pid, application, xid, or the prepared transaction's gid) and
 //!   the remedies; repeated at most once per `repeat_every` while it still waits;
 //! - a slot whose restart_lsn or catalog_xmin has been held by the same transaction for
-//!   at least `log_holds_after`: one line per slot, kind and holding xid.
+//!   at least `log_holds_after`: one line per slot, kind and holding xid;
+//! - a slot the server will invalidate within `log_loss_within` (the diagnosis' `wal
+//!   loss forecast`): one line per slot and prediction (its cause and loss position; for
+//!   the idle timeout, its time), a note kept until the prediction ends.
 //!
 //! Durations are counted from the first look that saw the condition (the watcher does not
 //! know when it began before that), so a line says "at least". A slot that is gone, a
@@ -31,6 +34,9 @@ pub struct WatchSettings {
     pub log_holds_after: i64,
     /// The least time between two lines about the same waiting creation.
     pub repeat_every: i64,
+    /// `pg_snapbuild.log_loss_within`: a `wal loss forecast` due within this long gets
+    /// one line.
+    pub log_loss_within: i64,
 }
 
 /// One LOG line: its message, DETAIL and HINT.
@@ -278,6 +284,44 @@ impl Watch {
                 });
             }
         }
+        let mut losses = Vec::new();
+        for (name, _, findings) in slots {
+            for f in findings
+                .iter()
+                .filter(|f| f.kind == Some(FindingKind::WalLossForecast))
+            {
+                let idle = f.finding.contains("(idle_timeout)");
+                let key = if idle {
+                    format!("wal loss \"{name}\" idle_timeout at {:?}", f.since)
+                } else {
+                    format!("wal loss \"{name}\" wal_removed at {:?}", f.lsn)
+                };
+                losses.push(key.clone());
+                let Some(at) = f.since else {
+                    continue;
+                };
+                if s.log_loss_within > 0 && at - now <= s.log_loss_within && self.note_once(&key) {
+                    let when = if at <= now {
+                        "at the next checkpoint".to_string()
+                    } else {
+                        format!("in about {} s", seconds(at - now))
+                    };
+                    lines.push(LogLine {
+                        slot: name.clone(),
+                        message: format!(
+                            "logical replication slot \"{name}\" will be invalidated ({}) {when}",
+                            if idle { "idle_timeout" } else { "wal_removed" }
+                        ),
+                        detail: Some(f.finding.clone()),
+                        hint: f.remedy.clone(),
+                    });
+                }
+            }
+        }
+        // A prediction that ended (restart_lsn moved, the slot was used or dropped) is
+        // forgotten: a later one is written again.
+        self.notes
+            .retain(|n| !n.starts_with("wal loss ") || losses.contains(n));
         self.creations = creations;
         self.holds = holds;
         lines
@@ -295,6 +339,7 @@ mod tests {
             log_waits_after: 10 * S,
             log_holds_after: 60 * S,
             repeat_every: 60 * S,
+            log_loss_within: 3600 * S,
         }
     }
 
@@ -409,6 +454,7 @@ mod tests {
             log_waits_after: 0,
             log_holds_after: 0,
             repeat_every: 60 * S,
+            log_loss_within: 0,
         };
         let mut held = creating(7);
         held.2
@@ -458,5 +504,49 @@ mod tests {
         // Another transaction holds it now: counted anew.
         assert!(w.observe(601 * S, &[held(9)], &s).is_empty());
         assert_eq!(w.observe(661 * S, &[held(9)], &s).len(), 2);
+    }
+
+    #[test]
+    fn a_loss_within_the_setting_is_logged_once_per_prediction() {
+        let mut w = Watch::default();
+        let s = settings();
+        let loss = |lsn: u64, at: i64| {
+            let mut f = finding(
+                FindingKind::WalLossForecast,
+                "slot \"cdc\" will be invalidated (wal_removed) by …",
+                Some(5),
+                Some("end it"),
+            );
+            f.lsn = Some(crate::Lsn(lsn));
+            f.since = Some(at);
+            ("cdc".to_string(), None, vec![f])
+        };
+        // Two hours away: nothing yet.
+        assert!(w.observe(0, &[loss(0xA000000, 7200 * S)], &s).is_empty());
+        let l = w.observe(3600 * S, &[loss(0xA000000, 7000 * S)], &s);
+        assert_eq!(l.len(), 1);
+        assert_eq!(
+            l[0].message,
+            "logical replication slot \"cdc\" will be invalidated (wal_removed) in about 3400 s"
+        );
+        assert_eq!(l[0].hint.as_deref(), Some("end it"));
+        // The same prediction, sooner at a faster rate: not again.
+        assert!(w
+            .observe(3700 * S, &[loss(0xA000000, 3800 * S)], &s)
+            .is_empty());
+        // Across a restart of the watcher.
+        let mut back = Watch::decode(&w.encode(1 << 16)).unwrap();
+        assert!(back
+            .observe(3800 * S, &[loss(0xA000000, 3800 * S)], &s)
+            .is_empty());
+        // restart_lsn moved, then held again: a new prediction.
+        assert!(back.observe(3900 * S, &[], &s).is_empty());
+        let l = back.observe(4000 * S, &[loss(0xB000000, 3990 * S)], &s);
+        assert_eq!(l.len(), 1);
+        assert!(
+            l[0].message.ends_with("at the next checkpoint"),
+            "{}",
+            l[0].message
+        );
     }
 }
