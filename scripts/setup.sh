@@ -4,6 +4,8 @@
 # of the extension installed into each (scripts/install.sh). PGSNAP_MAJORS="18 15" limits the majors (default: all five);
 # PGSNAP_MINORS=all adds the older minor releases of those majors (.pg/MAJOR.MINOR).
 # Steps that are already done are skipped. Full command output goes to .work/logs/setup.log.
+# Where apt has Debian's `prometheus` package, its `promtool` is unpacked into .work/bin (for the
+# monitoring kit's check); nothing else of the package is installed.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -74,6 +76,29 @@ if [ ${#need[@]} -gt 0 ]; then
     run "apt-get install ${need[*]}" $SUDO apt-get install -y -q --no-install-recommends "${need[@]}"
 else
     say "apt packages present"
+fi
+
+# 1b. promtool for the monitoring kit's check (pgrx-tests/tests/monitoring.rs: promtool check
+#     rules / test rules). Only the binary (48 MB, needs only libc), from the .deb apt downloads
+#     (19 MB): installing the package would also install, and on a systemd host start, a
+#     Prometheus server. Skipped when promtool is on PATH or apt has no `prometheus`; best effort.
+if command -v promtool >/dev/null || [ -x "$ROOT/.work/bin/promtool" ]; then
+    say "promtool present"
+elif command -v apt-get >/dev/null && apt-cache show prometheus >/dev/null 2>&1; then
+    mkdir -p "$ROOT/.work/bin"
+    printf '==> promtool from Debian'"'"'s prometheus package into .work/bin ... '
+    start=$SECONDS
+    if bash -c '
+        set -e; tmp=$(mktemp -d); trap "rm -rf \"$tmp\"" EXIT
+        cd "$tmp" && apt-get download -q prometheus
+        dpkg-deb --fsys-tarfile prometheus_*.deb | tar -x ./usr/bin/promtool
+        install -m 755 usr/bin/promtool "$1/promtool"' _ "$ROOT/.work/bin" >>"$LOG" 2>&1; then
+        echo "ok ($((SECONDS - start))s)"
+    else
+        echo "not available (see $LOG): the monitoring check skips promtool"
+    fi
+else
+    say "no promtool (apt has no prometheus package): the monitoring check skips promtool"
 fi
 
 # 2. the postgres OS user (servers refuse to run as root)

@@ -15,8 +15,11 @@
 //!   a heading of `docs/troubleshooting.md`, and each has a promtool unit test that fires it.
 //! - The dashboard has a Prometheus data source variable and a slot variable, and every panel
 //!   queries through the first.
-//! - With `promtool` on PATH (Debian: the `prometheus` package): `promtool check rules` on the
-//!   alerts and on the dashboard's expressions, and `promtool test rules alerts.test.yml`.
+//! - The metrics an annotation reads with the template function `query` (the blocking pid, the
+//!   consumer) are ones `queries.yaml` makes.
+//! - With promtool (`$PROMTOOL`, else `promtool` on PATH, else `.work/bin/promtool`, which
+//!   `scripts/setup.sh` unpacks from Debian's `prometheus` package): `promtool check rules` on
+//!   the alerts and on the dashboard's expressions, and `promtool test rules alerts.test.yml`.
 
 use serde_json::Value as Json;
 use serde_yaml_ng::Value as Yaml;
@@ -492,6 +495,24 @@ fn check_alerts(known: &BTreeSet<String>, bad: &mut Vec<String>) -> Vec<String> 
                     .unwrap_or("")
                     .to_owned()
             };
+            // metrics read by `{{ with printf "metric{…}" … | query }}` in the annotations
+            for k in ["summary", "description"] {
+                for part in ann(k).split("printf \"").skip(1) {
+                    // `printf "%.0f"` formats a value; `printf "metric{…}"` builds a query
+                    let metric: String = part
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    if !metric.is_empty() {
+                        unknown(
+                            &format!("alert {name}: a query in its {k}"),
+                            &BTreeSet::from([metric]),
+                            known,
+                            bad,
+                        );
+                    }
+                }
+            }
             for k in ["summary", "description"] {
                 if !ann(k).contains("{{ $labels.slot_name }}") {
                     bad.push(format!("alert {name}: its {k} does not name the slot"));
@@ -667,18 +688,32 @@ fn check_dashboard(
     (exprs, used)
 }
 
-/// promtool, if it is on PATH: the rules, their unit tests, the dashboard's expressions.
+/// promtool: `$PROMTOOL`, else `promtool` on PATH, else `.work/bin/promtool` (scripts/setup.sh).
+fn promtool() -> PathBuf {
+    if let Some(p) = std::env::var_os("PROMTOOL") {
+        return PathBuf::from(p);
+    }
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("promtool").is_file()))
+        .unwrap_or(false);
+    let local = repo().join(".work/bin/promtool");
+    if !on_path && local.is_file() {
+        local
+    } else {
+        PathBuf::from("promtool")
+    }
+}
+
+/// promtool, if there is one: the rules, their unit tests, the dashboard's expressions.
 fn check_promtool(exprs: &[String], bad: &mut Vec<String>) -> bool {
     let dir = repo().join("monitoring");
-    let run = |args: &[&str], cwd: &Path| {
-        Command::new("promtool")
-            .args(args)
-            .current_dir(cwd)
-            .output()
-    };
+    let tool = promtool();
+    let run = |args: &[&str], cwd: &Path| Command::new(&tool).args(args).current_dir(cwd).output();
     match run(&["--version"], &dir) {
         Err(_) => {
-            println!("promtool is not on PATH: promtool check rules / test rules skipped");
+            println!(
+                "no promtool (PROMTOOL, PATH, .work/bin): promtool check rules / test rules skipped"
+            );
             return false;
         }
         Ok(o) => println!(
@@ -741,7 +776,7 @@ fn monitoring_kit_is_consistent() {
         known.len(),
         alerts.len(),
         exprs.len(),
-        if promtool { "run" } else { "not on PATH" }
+        if promtool { "run" } else { "not found" }
     );
     assert!(
         bad.is_empty(),

@@ -76,6 +76,33 @@ SELECT slot_name::text AS slot_name,
        safe_wal_size AS size_bytes
 FROM pg_replication_slots
 WHERE slot_type = 'logical' AND safe_wal_size IS NOT NULL;
+CREATE TEMP VIEW snapbuild_slot_consumer AS
+SELECT slot_name::text AS slot_name,
+       active AS attached
+FROM pg_replication_slots AS s
+WHERE slot_type = 'logical'
+  AND NOT (pg_is_in_recovery() AND coalesce((to_jsonb(s) ->> 'synced')::boolean, false));
+CREATE TEMP VIEW snapbuild_slot_blocker AS
+SELECT slot_name::text AS slot_name,
+       oldest_blocking_pid AS pid
+FROM snapbuild_slot_health
+WHERE oldest_blocking_pid IS NOT NULL;
+CREATE TEMP VIEW snapbuild_slot_wal_loss AS
+SELECT slot_name::text AS slot_name,
+       wal_loss_cause AS cause,
+       wal_loss_in_s AS in_seconds
+FROM snapbuild_slot_health
+WHERE wal_loss_in_s IS NOT NULL;
+CREATE TEMP VIEW snapbuild_slot_wal_loss_lsn AS
+SELECT slot_name, cause, ahead_bytes
+FROM (SELECT slot_name::text AS slot_name,
+             wal_loss_cause AS cause,
+             pg_wal_lsn_diff(wal_loss_lsn,
+                             CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+                                  ELSE pg_current_wal_lsn() END) AS ahead_bytes
+      FROM snapbuild_slot_health
+      WHERE wal_loss_lsn IS NOT NULL) AS loss
+WHERE ahead_bytes IS NOT NULL;
 
 -- each query's columns: text ones become labels, boolean and numeric ones gauges (a pg_lsn or
 -- an xid would not parse as a number)
@@ -105,7 +132,12 @@ SELECT s.slot_name, s.in_creation, s.waiting_xids > 0 AS waits_for_xids, s.block
        rb.bytes > 0 AS releasable_bytes_positive,
        CASE WHEN w.reserved THEN 'reserved' WHEN w.extended THEN 'extended'
             WHEN w.unreserved THEN 'unreserved' WHEN w.lost THEN 'lost' END AS wal_status,
-       sw.size_bytes > 0 AS safe_wal_size_bytes_positive
+       sw.size_bytes > 0 AS safe_wal_size_bytes_positive,
+       co.attached AS consumer_attached,
+       bl.pid > 0 AS blocker_pid_positive,
+       wl.in_seconds >= 0 AS wal_loss_in_seconds_counted,
+       wl.cause AS wal_loss_cause,
+       ll.ahead_bytes IS NOT NULL AS wal_loss_lsn_ahead_bytes_counted
 FROM snapbuild_slot s
 LEFT JOIN snapbuild_slot_state st USING (slot_name)
 LEFT JOIN snapbuild_slot_restart_lsn rl USING (slot_name)
@@ -116,6 +148,10 @@ LEFT JOIN snapbuild_slot_running_xacts_age ra USING (slot_name)
 LEFT JOIN snapbuild_slot_releasable rb USING (slot_name)
 LEFT JOIN snapbuild_slot_wal_status w USING (slot_name)
 LEFT JOIN snapbuild_slot_safe_wal sw USING (slot_name)
+LEFT JOIN snapbuild_slot_consumer co USING (slot_name)
+LEFT JOIN snapbuild_slot_blocker bl USING (slot_name)
+LEFT JOIN snapbuild_slot_wal_loss wl USING (slot_name)
+LEFT JOIN snapbuild_slot_wal_loss_lsn ll USING (slot_name)
 WHERE s.slot_name LIKE 'mon\_%';
 CREATE TEMP VIEW mon_nulls AS
 SELECT count(*) AS queries, sum(n) AS rows_with_a_null FROM (
@@ -129,6 +165,10 @@ SELECT count(*) AS queries, sum(n) AS rows_with_a_null FROM (
   UNION ALL SELECT count(*) FILTER (WHERE NOT (q IS NOT NULL)) FROM snapbuild_slot_releasable q
   UNION ALL SELECT count(*) FILTER (WHERE NOT (q IS NOT NULL)) FROM snapbuild_slot_wal_status q
   UNION ALL SELECT count(*) FILTER (WHERE NOT (q IS NOT NULL)) FROM snapbuild_slot_safe_wal q
+  UNION ALL SELECT count(*) FILTER (WHERE NOT (q IS NOT NULL)) FROM snapbuild_slot_consumer q
+  UNION ALL SELECT count(*) FILTER (WHERE NOT (q IS NOT NULL)) FROM snapbuild_slot_blocker q
+  UNION ALL SELECT count(*) FILTER (WHERE NOT (q IS NOT NULL)) FROM snapbuild_slot_wal_loss q
+  UNION ALL SELECT count(*) FILTER (WHERE NOT (q IS NOT NULL)) FROM snapbuild_slot_wal_loss_lsn q
 ) AS per_query(n);
 
 -- 1. an invalidated slot: max_slot_wal_keep_size lets a checkpoint remove the WAL it needs
@@ -157,7 +197,8 @@ SHOW max_slot_wal_keep_size;
 SELECT slot_name, in_creation, waits_for_xids, blocking_backend, state, state_gauges_at_1,
        restart_lsn_lag_bytes_positive, wal_since_running_xacts_bytes_counted,
        running_xacts_age_seconds_counted, releasable_bytes_positive, wal_status,
-       safe_wal_size_bytes_positive
+       safe_wal_size_bytes_positive, consumer_attached, blocker_pid_positive,
+       wal_loss_in_seconds_counted, wal_loss_lsn_ahead_bytes_counted
 FROM mon_series WHERE slot_name = 'mon_lost';
 \x off
 \pset null ''
@@ -190,6 +231,11 @@ SELECT * FROM mon_series WHERE slot_name = 'mon_cdc';
 \x off
 \pset null ''
 SELECT * FROM mon_nulls;
+-- the value of snapbuild_slot_blocker_pid, which the alerts' text names, is the holding session
+SELECT b.pid = h.pid AS blocker_pid_is_the_holder
+FROM snapbuild_slot_blocker b,
+     dblink('mon_holder', 'SELECT pg_backend_pid()') AS h(pid integer)
+WHERE b.slot_name = 'mon_cdc';
 -- the role the exporter needs: pg_read_server_files reads the view and sees the same
 DROP ROLE IF EXISTS snapbuild_regress_exporter;
 CREATE ROLE snapbuild_regress_exporter;
