@@ -1,4 +1,4 @@
-//! A13: `snapbuild_decoding_cost` and `snapbuild_backlog` against the server's own
+//! A14: `snapbuild_decoding_cost` and `snapbuild_backlog` against the server's own
 //! counters. For each workload: the slot's statistics are reset
 //! (`pg_stat_reset_replication_slot`), the prediction for [restart_lsn, L] is taken, the
 //! slot is decoded to L (`pg_logical_slot_get_changes(slot, L, NULL, ...)`, with
