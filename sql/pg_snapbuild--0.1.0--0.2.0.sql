@@ -5,7 +5,8 @@
 -- - snapbuild_slot_prediction gains `by_advance bool DEFAULT false` (predict
 --   pg_replication_slot_advance instead of pg_logical_slot_get_changes): dropped and created
 --   again with the signature `cargo pgrx schema` generates for 0.2.0;
--- - adds snapbuild_diagnose(name), snapbuild_slot_health() and the view snapbuild_slot_health.
+-- - adds snapbuild_diagnose(name), snapbuild_slot_health() and the view snapbuild_slot_health,
+--   snapbuild_backlog(name, pg_lsn) and snapbuild_decoding_cost(name, pg_lsn, integer, bool).
 -- Privileges as in sql/privileges.sql. Every other function is unchanged (same signature,
 -- defaults, result columns, attributes, C symbol and privileges).
 -- pgrx-tests/regress/sql/upgrade.sql checks that an updated 0.1.0 equals a fresh 0.2.0 install.
@@ -91,3 +92,76 @@ REVOKE ALL ON FUNCTION snapbuild_slot_health() FROM PUBLIC;
 REVOKE ALL ON snapbuild_slot_health FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION snapbuild_slot_health() TO pg_read_server_files;
 GRANT SELECT ON snapbuild_slot_health TO pg_read_server_files;
+
+CREATE FUNCTION "snapbuild_backlog"(
+	"slot_name" name,
+	"upto" pg_lsn DEFAULT NULL
+) RETURNS TABLE (
+	"xid" xid,
+	"first_lsn" pg_lsn,
+	"end_lsn" pg_lsn,
+	"outcome" TEXT,
+	"pid" INT,
+	"gid" TEXT,
+	"database" oid,
+	"subxacts" INT,
+	"inserts" bigint,
+	"updates" bigint,
+	"deletes" bigint,
+	"truncates" bigint,
+	"messages" bigint,
+	"invalidations" bigint,
+	"other" bigint,
+	"wal_bytes" bigint,
+	"queued_bytes" bigint,
+	"total_bytes" bigint,
+	"decoder" TEXT,
+	"spill_count" bigint,
+	"spill_bytes" bigint,
+	"spilled" bool
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'snapbuild_backlog_wrapper';
+
+-- src/sql/backlog.rs:167
+CREATE FUNCTION "snapbuild_decoding_cost"(
+	"slot_name" name,
+	"upto" pg_lsn DEFAULT NULL,
+	"work_mem_kb" INT DEFAULT NULL,
+	"streaming" bool DEFAULT NULL
+) RETURNS TABLE (
+	"decoded_from" pg_lsn,
+	"decoded_to" pg_lsn,
+	"records" bigint,
+	"wal_bytes" bigint,
+	"work_mem_kb" INT,
+	"streaming" bool,
+	"total_txns" bigint,
+	"total_bytes" bigint,
+	"spill_txns" bigint,
+	"spill_count" bigint,
+	"spill_bytes" bigint,
+	"stream_txns" bigint,
+	"stream_count" bigint,
+	"stream_bytes" bigint,
+	"sent_txns" bigint,
+	"sent_wal_bytes" bigint,
+	"skipped_before_start_txns" bigint,
+	"skipped_before_start_wal_bytes" bigint,
+	"skipped_aborted_txns" bigint,
+	"skipped_aborted_wal_bytes" bigint,
+	"skipped_other_db_txns" bigint,
+	"skipped_other_db_wal_bytes" bigint,
+	"pending_txns" bigint,
+	"pending_wal_bytes" bigint,
+	"largest_xid" xid,
+	"largest_bytes" bigint,
+	"peak_memory_bytes" bigint,
+	"undecided" TEXT
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'snapbuild_decoding_cost_wrapper';
+REVOKE ALL ON FUNCTION snapbuild_backlog(name, pg_lsn) FROM PUBLIC;
+REVOKE ALL ON FUNCTION snapbuild_decoding_cost(name, pg_lsn, integer, bool) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION snapbuild_backlog(name, pg_lsn) TO pg_read_server_files;
+GRANT EXECUTE ON FUNCTION snapbuild_decoding_cost(name, pg_lsn, integer, bool) TO pg_read_server_files;

@@ -58,6 +58,32 @@ fn xid_status(x: TransactionId) -> XidStatus {
     }
 }
 
+/// The attributes of the relation stored in tablespace `spc`, relfilenumber `rel`, as
+/// this database's catalog describes them now (`pg_filenode_relation`, `pg_attribute`);
+/// `None` for another database's relation or one that cannot be found.
+fn relation_layout(spc: u32, db: u32, rel: u32) -> Option<Vec<(i16, u8)>> {
+    if db != unsafe { pg_sys::MyDatabaseId }.to_u32() {
+        return None;
+    }
+    // pg_filenode_relation takes 0 for the database's default tablespace
+    let spc = if spc == unsafe { pg_sys::MyDatabaseTableSpace }.to_u32() { 0 } else { spc };
+    let sql = format!(
+        "SELECT attlen, attalign::text FROM pg_catalog.pg_attribute \
+          WHERE attrelid = pg_catalog.pg_filenode_relation({spc}, {rel}) AND attnum > 0 \
+          ORDER BY attnum"
+    );
+    Spi::connect(|c| {
+        let rows = c.select(&sql, None, &[]).ok()?;
+        let mut v = Vec::new();
+        for r in rows {
+            let len = r.get::<i16>(1).ok().flatten()?;
+            let al = r.get::<String>(2).ok().flatten()?;
+            v.push((len, *al.as_bytes().first()?));
+        }
+        (!v.is_empty()).then_some(v)
+    })
+}
+
 /// A setting's value as text (NULL when the server has no such setting).
 fn setting(name: &str) -> Option<String> {
     let c = std::ffi::CString::new(name).expect("no NUL");
@@ -106,6 +132,7 @@ pub fn run(
         streaming,
         immediate: setting("debug_logical_replication_streaming").as_deref() == Some("immediate"),
         xid_status: Some(xid_status),
+        relation_layout: Some(relation_layout),
     };
     let input = context::input::for_slot_copy(slot.clone(), false);
     let decoded_from = input.start;

@@ -74,17 +74,16 @@ pub unsafe fn block_db(reader: *mut pg_sys::XLogReaderState, block: u8) -> Optio
 }
 
 /// Block 0 of the current record: its data (None without any) and its relation's
-/// database and relfilenumber (0 and 0 without a block 0).
-pub unsafe fn block0<'a>(reader: *mut pg_sys::XLogReaderState) -> (Option<&'a [u8]>, u32, u32) {
+/// tablespace, database and relfilenumber (zeros without a block 0).
+pub unsafe fn block0<'a>(reader: *mut pg_sys::XLogReaderState) -> (Option<&'a [u8]>, [u32; 3]) {
     let mut len: pg_sys::Size = 0;
     let p = pg_sys::XLogRecGetBlockData(reader, 0, &mut len);
     let data = (!p.is_null()).then(|| std::slice::from_raw_parts(p as *const u8, len));
-    let (db, rel) = block0_tag(reader).unwrap_or((0, 0));
-    (data, db, rel)
+    (data, block0_tag(reader).unwrap_or([0; 3]))
 }
 
 #[cfg(not(any(feature = "pg14", feature = "pg15")))]
-unsafe fn block0_tag(reader: *mut pg_sys::XLogReaderState) -> Option<(u32, u32)> {
+unsafe fn block0_tag(reader: *mut pg_sys::XLogReaderState) -> Option<[u32; 3]> {
     let mut loc = pg_sys::RelFileLocator::default();
     pg_sys::XLogRecGetBlockTagExtended(
         reader,
@@ -94,11 +93,11 @@ unsafe fn block0_tag(reader: *mut pg_sys::XLogReaderState) -> Option<(u32, u32)>
         std::ptr::null_mut(),
         std::ptr::null_mut(),
     )
-    .then(|| (loc.dbOid.to_u32(), loc.relNumber.to_u32()))
+    .then(|| [loc.spcOid.to_u32(), loc.dbOid.to_u32(), loc.relNumber.to_u32()])
 }
 
 #[cfg(feature = "pg15")]
-unsafe fn block0_tag(reader: *mut pg_sys::XLogReaderState) -> Option<(u32, u32)> {
+unsafe fn block0_tag(reader: *mut pg_sys::XLogReaderState) -> Option<[u32; 3]> {
     let mut node = pg_sys::RelFileNode::default();
     pg_sys::XLogRecGetBlockTagExtended(
         reader,
@@ -108,11 +107,11 @@ unsafe fn block0_tag(reader: *mut pg_sys::XLogReaderState) -> Option<(u32, u32)>
         std::ptr::null_mut(),
         std::ptr::null_mut(),
     )
-    .then(|| (node.dbNode.to_u32(), node.relNode.to_u32()))
+    .then(|| [node.spcNode.to_u32(), node.dbNode.to_u32(), node.relNode.to_u32()])
 }
 
 #[cfg(feature = "pg14")]
-unsafe fn block0_tag(reader: *mut pg_sys::XLogReaderState) -> Option<(u32, u32)> {
+unsafe fn block0_tag(reader: *mut pg_sys::XLogReaderState) -> Option<[u32; 3]> {
     let mut node = pg_sys::RelFileNode::default();
     pg_sys::XLogRecGetBlockTag(
         reader,
@@ -121,7 +120,7 @@ unsafe fn block0_tag(reader: *mut pg_sys::XLogReaderState) -> Option<(u32, u32)>
         std::ptr::null_mut(),
         std::ptr::null_mut(),
     )
-    .then(|| (node.dbNode.to_u32(), node.relNode.to_u32()))
+    .then(|| [node.spcNode.to_u32(), node.dbNode.to_u32(), node.relNode.to_u32()])
 }
 
 /// 14 and 15 never invalidate slots in recovery.

@@ -434,8 +434,8 @@ impl WalReader {
                     ),
                 },
                 RecordKind::Change if self.with_changes => {
-                    let (block, db, rel) = compat::block0(self.reader);
-                    match ChangeRecord::parse(cur.rmid, cur.info, data, block, db, rel) {
+                    let (block, [spc, db, rel]) = compat::block0(self.reader);
+                    match ChangeRecord::parse(cur.rmid, cur.info, data, block, db, rel, spc) {
                         Ok(Some(c)) => Payload::Change(c),
                         Ok(None) => Payload::None,
                         Err(e) => raise(

@@ -532,6 +532,7 @@ impl Replay {
         }
         let sizes = m.rules.sizes;
         for rc in &rec.changes {
+            let toast_growth = m.toast_growth(head.xid, head.lsn, rec, rc);
             let toast_chunk = rec.toast_insert && rc.action == ChangeAction::Insert;
             let tuple_change = matches!(
                 rc.action,
@@ -544,7 +545,7 @@ impl Replay {
                 toast_other: false,
                 clear_toast: rc.clear_toast,
                 tupleless: tuple_change && rc.new_len.is_none() && rc.old_len.is_none(),
-                toast_growth: 0,
+                toast_growth,
             };
             m.queue_change(head.xid, head.lsn, c, rec.toast_insert);
         }

@@ -137,6 +137,8 @@ pub struct ChangeRecord {
     pub db_oid: u32,
     /// The relfilenumber of block 0 (0 for TRUNCATE).
     pub relfilenumber: u32,
+    /// The tablespace of block 0.
+    pub spc_oid: u32,
     /// The changes it queues, in order; empty when the decoder queues nothing (a catalog
     /// insert, a heap operation decode.c ignores).
     pub changes: Vec<RecordChange>,
@@ -145,10 +147,46 @@ pub struct ChangeRecord {
     pub toast_insert: bool,
 }
 
+/// A new tuple as the WAL carries it, kept when it may hold a TOAST pointer
+/// (ReorderBufferToastReplace rebuilds it).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TupleBytes {
+    /// `t_infomask2` (its low 11 bits: the number of attributes).
+    pub infomask2: u16,
+    /// `t_infomask` (`HEAP_HASNULL` = 1).
+    pub infomask: u16,
+    pub t_hoff: u8,
+    /// The tuple from `t_bits` on: the null bitmap, padding, the attributes.
+    pub data: Vec<u8>,
+}
+
+/// A varlena's 1-byte header of an external (TOAST) pointer followed by the on-disk tag:
+/// a tuple without these two bytes in a row holds no TOAST pointer.
+const EXTERNAL_ONDISK: [u8; 2] = [0x01, 18];
+
+impl TupleBytes {
+    /// The tuple behind an `xl_heap_header` (or a multi-insert tuple's header fields),
+    /// kept only when it may hold an on-disk TOAST pointer.
+    fn keep_if_toasted(infomask2: u16, infomask: u16, t_hoff: u8, data: &[u8]) -> Option<Self> {
+        data.windows(2)
+            .any(|w| w == EXTERNAL_ONDISK)
+            .then(|| TupleBytes {
+                infomask2,
+                infomask,
+                t_hoff,
+                data: data.to_vec(),
+            })
+    }
+}
+
 /// One change of a [`ChangeRecord`], sized by tuple lengths (`t_len`).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RecordChange {
     pub action: ChangeAction,
+    /// The new tuple, when it may hold TOAST pointers.
+    pub tuple: Option<TupleBytes>,
+    /// An insert into a TOAST relation: its `chunk_id` (the value the chunk belongs to).
+    pub toast_chunk_id: Option<u32>,
     /// `t_len` of the new tuple, if the change carries one.
     pub new_len: Option<u64>,
     /// `t_len` of the old tuple (or key), if the change carries one.
@@ -162,6 +200,8 @@ impl RecordChange {
     fn new(action: ChangeAction) -> Self {
         RecordChange {
             action,
+            tuple: None,
+            toast_chunk_id: None,
             new_len: None,
             old_len: None,
             nrelids: 0,
@@ -212,6 +252,30 @@ fn xlog_tuple_len(datalen: usize) -> Result<u64, String> {
     Ok(d - SIZE_OF_HEAP_HEADER + SIZEOF_HEAP_TUPLE_HEADER)
 }
 
+/// The new tuple of an `xl_heap_header` and its data, when it may hold TOAST pointers.
+fn xlog_tuple(block: &[u8]) -> Option<TupleBytes> {
+    if block.len() < SIZE_OF_HEAP_HEADER as usize {
+        return None;
+    }
+    TupleBytes::keep_if_toasted(
+        u16::from_ne_bytes([block[0], block[1]]),
+        u16::from_ne_bytes([block[2], block[3]]),
+        block[4],
+        &block[SIZE_OF_HEAP_HEADER as usize..],
+    )
+}
+
+/// The `chunk_id` of a TOAST chunk inserted (`xl_heap_header`, then the tuple from
+/// `t_bits` on): its first attribute, an oid at `t_hoff`.
+fn toast_chunk_id(block: &[u8]) -> Result<u32, String> {
+    let t_hoff = *block.get(4).ok_or("TOAST chunk without its header")? as usize;
+    let at = SIZE_OF_HEAP_HEADER as usize + t_hoff.saturating_sub(SIZEOF_HEAP_TUPLE_HEADER as usize);
+    block
+        .get(at..at + 4)
+        .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        .ok_or_else(|| "TOAST chunk shorter than its chunk_id".to_owned())
+}
+
 impl ChangeRecord {
     /// Parses a HEAP or HEAP2 record of `rmid` / `info` that decode.c turns into changes:
     /// `main` is its main data, `block0` block 0's data (None without it), `block0_db` and
@@ -224,6 +288,7 @@ impl ChangeRecord {
         block0: Option<&[u8]>,
         block0_db: u32,
         block0_rel: u32,
+        block0_spc: u32,
     ) -> Result<Option<ChangeRecord>, String> {
         let op = info & XLOG_HEAP_OPMASK;
         let flags_at = |o: usize| -> Result<u8, String> {
@@ -234,6 +299,7 @@ impl ChangeRecord {
         let mut rec = ChangeRecord {
             db_oid: block0_db,
             relfilenumber: block0_rel,
+            spc_oid: block0_spc,
             changes: Vec::new(),
             toast_insert: false,
         };
@@ -250,8 +316,14 @@ impl ChangeRecord {
                     ChangeAction::Insert
                 };
                 let mut c = RecordChange::new(action);
-                c.new_len = Some(xlog_tuple_len(block0.map_or(0, |b| b.len()))?);
+                let block = block0.unwrap_or(&[]);
+                c.new_len = Some(xlog_tuple_len(block.len())?);
                 rec.toast_insert = flags & XLH_INSERT_ON_TOAST_RELATION != 0;
+                if rec.toast_insert {
+                    c.toast_chunk_id = Some(toast_chunk_id(block)?);
+                } else {
+                    c.tuple = xlog_tuple(block);
+                }
                 rec.changes.push(c);
             }
             (RM_HEAP_ID, 0x20) | (RM_HEAP_ID, 0x40) => {
@@ -259,7 +331,9 @@ impl ChangeRecord {
                 let flags = flags_at(7)?;
                 let mut c = RecordChange::new(ChangeAction::Update);
                 if flags & XLH_UPDATE_CONTAINS_NEW_TUPLE != 0 {
-                    c.new_len = Some(xlog_tuple_len(block0.map_or(0, |b| b.len()))?);
+                    let block = block0.unwrap_or(&[]);
+                    c.new_len = Some(xlog_tuple_len(block.len())?);
+                    c.tuple = xlog_tuple(block);
                 }
                 if flags & XLH_UPDATE_CONTAINS_OLD != 0 {
                     let n = main.len().checked_sub(SIZE_OF_HEAP_UPDATE).ok_or("short UPDATE")?;
@@ -315,12 +389,19 @@ impl ChangeRecord {
                         .get(at..at + SIZE_OF_MULTI_INSERT_TUPLE)
                         .ok_or("MULTI_INSERT tuple header past the block data")?;
                     let datalen = u16::from_ne_bytes([h[0], h[1]]) as usize;
+                    let (infomask2, infomask) = (
+                        u16::from_ne_bytes([h[2], h[3]]),
+                        u16::from_ne_bytes([h[4], h[5]]),
+                    );
+                    let t_hoff = h[6];
                     at += SIZE_OF_MULTI_INSERT_TUPLE;
                     if at + datalen > data.len() {
                         return Err("MULTI_INSERT tuple past the block data".into());
                     }
+                    let tuple = &data[at..at + datalen];
                     at += datalen;
                     let mut c = RecordChange::new(ChangeAction::Insert);
+                    c.tuple = TupleBytes::keep_if_toasted(infomask2, infomask, t_hoff, tuple);
                     c.new_len = Some(datalen as u64 + SIZEOF_HEAP_TUPLE_HEADER);
                     c.clear_toast = flags & XLH_INSERT_LAST_IN_MULTI != 0 && i + 1 == ntuples;
                     rec.changes.push(c);
@@ -340,7 +421,7 @@ mod tests {
     fn insert_sizes_follow_the_tuple() {
         let main = [1u8, 0, XLH_INSERT_CONTAINS_NEW_TUPLE];
         let block = vec![0u8; 5 + 10];
-        let r = ChangeRecord::parse(RM_HEAP_ID, 0x00, &main, Some(&block), 5, 16384)
+        let r = ChangeRecord::parse(RM_HEAP_ID, 0x00, &main, Some(&block), 5, 16384, 1663)
             .unwrap()
             .unwrap();
         assert_eq!(r.changes.len(), 1);
@@ -352,7 +433,7 @@ mod tests {
     #[test]
     fn catalog_inserts_queue_nothing() {
         let main = [1u8, 0, 0];
-        let r = ChangeRecord::parse(RM_HEAP_ID, 0x00, &main, None, 5, 1259)
+        let r = ChangeRecord::parse(RM_HEAP_ID, 0x00, &main, None, 5, 1259, 1663)
             .unwrap()
             .unwrap();
         assert!(r.changes.is_empty());
@@ -364,7 +445,7 @@ mod tests {
         // tuple 1: 7-byte header + 3 bytes (ends at 10), tuple 2 at 10: header + 4
         let mut block = vec![3u8, 0, 0, 0, 0, 0, 24, 1, 2, 3];
         block.extend_from_slice(&[4u8, 0, 0, 0, 0, 0, 24, 1, 2, 3, 4]);
-        let r = ChangeRecord::parse(RM_HEAP2_ID, 0x50, &main, Some(&block), 5, 1)
+        let r = ChangeRecord::parse(RM_HEAP2_ID, 0x50, &main, Some(&block), 5, 1, 1663)
             .unwrap()
             .unwrap();
         assert_eq!(r.changes.len(), 2);
@@ -375,8 +456,8 @@ mod tests {
 
     #[test]
     fn malformed_bodies_are_errors() {
-        assert!(ChangeRecord::parse(RM_HEAP_ID, 0x20, &[0u8; 3], None, 5, 1).is_err());
+        assert!(ChangeRecord::parse(RM_HEAP_ID, 0x20, &[0u8; 3], None, 5, 1, 1663).is_err());
         let main = [XLH_INSERT_CONTAINS_NEW_TUPLE, 0, 9, 0];
-        assert!(ChangeRecord::parse(RM_HEAP2_ID, 0x50, &main, Some(&[1, 2]), 5, 1).is_err());
+        assert!(ChangeRecord::parse(RM_HEAP2_ID, 0x50, &main, Some(&[1, 2]), 5, 1, 1663).is_err());
     }
 }

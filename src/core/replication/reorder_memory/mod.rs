@@ -14,6 +14,7 @@
 
 pub mod change;
 mod process;
+pub mod toast;
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -49,6 +50,10 @@ pub struct MemoryRules {
     /// The transaction's state now, for 18's ReorderBufferCheckAndTruncateAbortedTXN;
     /// `None` treats every transaction as in progress.
     pub xid_status: Option<fn(TransactionId) -> XidStatus>,
+    /// The attributes (`attlen`, `attalign`) of the relation of tablespace, database and
+    /// relfilenumber, for ReorderBufferToastReplace's rebuilt rows; `None` (or a `None`
+    /// answer) leaves a change whose size depends on them undecided.
+    pub relation_layout: Option<fn(u32, u32, u32) -> Option<Vec<toast::AttLayout>>>,
 }
 
 /// The eight counters of `pg_stat_replication_slots` one decode adds.
@@ -189,6 +194,8 @@ struct MemTxn {
     base_seq: u64,
     /// Invalidation messages of its own XLOG_XACT_INVALIDATIONS records (top-level).
     own_invalidations: u64,
+    /// The TOAST values whose chunks wait for their row (top-level: `toast_hash`).
+    toast_waiting: rustc_hash::FxHashSet<u32>,
     /// The account of a top-level transaction.
     account: Option<Box<TxnAccount>>,
 }
@@ -209,6 +216,9 @@ pub struct ReorderMemory {
     /// Why the counters cannot be told (the server's choice depends on what the replay
     /// cannot know), the first reason met.
     pub undecided: Option<String>,
+    /// The relations' attributes looked up so far (by tablespace, database and
+    /// relfilenumber).
+    layouts: HashMap<(u32, u32, u32), Option<Vec<toast::AttLayout>>>,
     /// The record being decoded: (start, end), for ReorderBufferCanStartStreaming.
     pub at: (Lsn, Lsn),
     /// The builder is CONSISTENT and `at` is not before start_decoding_at: streaming may
@@ -227,6 +237,7 @@ impl ReorderMemory {
             stats: DecodingStats::default(),
             ended: Vec::new(),
             undecided: None,
+            layouts: HashMap::default(),
             at: (Lsn(0), Lsn(0)),
             can_start_streaming: false,
         }
@@ -357,6 +368,55 @@ impl ReorderMemory {
         self.memory_update(xid, change.size as i64);
         self.process_partial_change(xid, &change, toast_insert);
         self.check_memory_limit();
+    }
+
+    /// What ReorderBufferToastReplace will add to the size of change `rc` of record `rec`
+    /// of `xid` when it is replayed (see `toast.rs`), keeping track of the TOAST values
+    /// whose chunks wait for their row (in queue order, which is the replay's order).
+    pub fn toast_growth(&mut self, xid: TransactionId, lsn: Lsn, rec: &ChangeRecord, rc: &RecordChange) -> i64 {
+        self.txn(xid, lsn);
+        let top = self.top_of(xid);
+        if let Some(id) = rc.toast_chunk_id {
+            self.txns.get_mut(&top).expect("known").toast_waiting.insert(id);
+            return 0;
+        }
+        let resets = match rc.action {
+            ChangeAction::Insert | ChangeAction::Update | ChangeAction::SpecInsert => {
+                rc.new_len.is_some() && rc.clear_toast
+            }
+            // a TOAST chunk deleted carries no key: only a table's row resets
+            ChangeAction::Delete => rc.old_len.is_some() && rc.clear_toast,
+            _ => false,
+        };
+        let mut growth = 0;
+        let waiting = !self.txns[&top].toast_waiting.is_empty();
+        if waiting && rc.new_len.is_some() {
+            if let Some(t) = &rc.tuple {
+                let key = (rec.spc_oid, rec.db_oid, rec.relfilenumber);
+                if !self.layouts.contains_key(&key) {
+                    let l = self.rules.relation_layout.and_then(|f| f(key.0, key.1, key.2));
+                    self.layouts.insert(key, l);
+                }
+                match &self.layouts[&key] {
+                    Some(layout) => {
+                        match toast::toast_replace_growth(t, layout, &self.txns[&top].toast_waiting) {
+                            Ok(g) => growth = g,
+                            Err(why) => self.undecide(format!(
+                                "the row at {lsn} is rebuilt with its TOAST values and its size                                  cannot be told: {why}"
+                            )),
+                        }
+                    }
+                    None => self.undecide(format!(
+                        "the row at {lsn} is rebuilt with its TOAST values, and its relation                          (relfilenode {}) cannot be looked up in this database",
+                        key.2
+                    )),
+                }
+            }
+        }
+        if resets {
+            self.txns.get_mut(&top).expect("known").toast_waiting.clear();
+        }
+        growth
     }
 
     /// Re-runs reorderbuffer.c ReorderBufferProcessPartialChange.
