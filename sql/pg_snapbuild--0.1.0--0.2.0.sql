@@ -6,7 +6,7 @@
 --   pg_replication_slot_advance instead of pg_logical_slot_get_changes): dropped and created
 --   again with the signature `cargo pgrx schema` generates for 0.2.0;
 -- - adds snapbuild_diagnose(name), snapbuild_slot_health() and the view snapbuild_slot_health,
---   snapbuild_backlog(name, pg_lsn) and snapbuild_decoding_cost(name, pg_lsn, integer, bool).
+--   snapbuild_backlog(name, pg_lsn, integer, bool) and snapbuild_decoding_cost(name, pg_lsn, integer, bool).
 -- Privileges as in sql/privileges.sql. Every other function is unchanged (same signature,
 -- defaults, result columns, attributes, C symbol and privileges).
 -- pgrx-tests/regress/sql/upgrade.sql checks that an updated 0.1.0 equals a fresh 0.2.0 install.
@@ -95,7 +95,9 @@ GRANT SELECT ON snapbuild_slot_health TO pg_read_server_files;
 
 CREATE FUNCTION "snapbuild_backlog"(
 	"slot_name" name,
-	"upto" pg_lsn DEFAULT NULL
+	"upto" pg_lsn DEFAULT NULL,
+	"work_mem_kb" INT DEFAULT NULL,
+	"streaming" bool DEFAULT NULL
 ) RETURNS TABLE (
 	"xid" xid,
 	"first_lsn" pg_lsn,
@@ -118,7 +120,9 @@ CREATE FUNCTION "snapbuild_backlog"(
 	"decoder" TEXT,
 	"spill_count" bigint,
 	"spill_bytes" bigint,
-	"spilled" bool
+	"spilled" bool,
+	"stream_count" bigint,
+	"stream_bytes" bigint
 )
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'snapbuild_backlog_wrapper';
@@ -161,7 +165,7 @@ CREATE FUNCTION "snapbuild_decoding_cost"(
 )
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'snapbuild_decoding_cost_wrapper';
-REVOKE ALL ON FUNCTION snapbuild_backlog(name, pg_lsn) FROM PUBLIC;
+REVOKE ALL ON FUNCTION snapbuild_backlog(name, pg_lsn, integer, bool) FROM PUBLIC;
 REVOKE ALL ON FUNCTION snapbuild_decoding_cost(name, pg_lsn, integer, bool) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION snapbuild_backlog(name, pg_lsn) TO pg_read_server_files;
+GRANT EXECUTE ON FUNCTION snapbuild_backlog(name, pg_lsn, integer, bool) TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_decoding_cost(name, pg_lsn, integer, bool) TO pg_read_server_files;

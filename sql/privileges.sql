@@ -17,7 +17,7 @@ REVOKE ALL ON FUNCTION snapbuild_slot_prediction(name, pg_lsn, bool) FROM PUBLIC
 REVOKE ALL ON FUNCTION snapbuild_diagnose(name) FROM PUBLIC;
 REVOKE ALL ON FUNCTION snapbuild_slot_health() FROM PUBLIC;
 REVOKE ALL ON snapbuild_slot_health FROM PUBLIC;
-REVOKE ALL ON FUNCTION snapbuild_backlog(name, pg_lsn) FROM PUBLIC;
+REVOKE ALL ON FUNCTION snapbuild_backlog(name, pg_lsn, integer, bool) FROM PUBLIC;
 REVOKE ALL ON FUNCTION snapbuild_decoding_cost(name, pg_lsn, integer, bool) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION snapbuild_snapshot_info(text) TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_snapshot_files() TO pg_read_server_files;
@@ -33,5 +33,5 @@ GRANT EXECUTE ON FUNCTION snapbuild_slot_prediction(name, pg_lsn, bool) TO pg_re
 GRANT EXECUTE ON FUNCTION snapbuild_diagnose(name) TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_slot_health() TO pg_read_server_files;
 GRANT SELECT ON snapbuild_slot_health TO pg_read_server_files;
-GRANT EXECUTE ON FUNCTION snapbuild_backlog(name, pg_lsn) TO pg_read_server_files;
+GRANT EXECUTE ON FUNCTION snapbuild_backlog(name, pg_lsn, integer, bool) TO pg_read_server_files;
 GRANT EXECUTE ON FUNCTION snapbuild_decoding_cost(name, pg_lsn, integer, bool) TO pg_read_server_files;

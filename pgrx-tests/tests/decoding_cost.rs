@@ -45,9 +45,11 @@ fn server_counters(c: &mut Client, slot: &str) -> Vec<i64> {
 fn reset_counters(c: &mut Client, slot: &str) {
     c.execute("SELECT pg_stat_reset_replication_slot($1)", &[&slot])
         .unwrap();
-    wait_for("the slot's statistics reset", Duration::from_secs(10), || {
-        server_counters(c, slot).iter().all(|v| *v == 0)
-    });
+    wait_for(
+        "the slot's statistics reset",
+        Duration::from_secs(10),
+        || server_counters(c, slot).iter().all(|v| *v == 0),
+    );
 }
 
 /// Waits until the server's counters for `slot` stop changing (15+ updates them at once;
@@ -56,11 +58,13 @@ fn settled_counters(c: &mut Client, slot: &str, expect_some: bool) -> Vec<i64> {
     let start = Instant::now();
     let mut last = server_counters(c, slot);
     loop {
-        std::thread::sleep(Duration::from_millis(if last.iter().all(|v| *v == 0) && expect_some {
-            200
-        } else {
-            600
-        }));
+        std::thread::sleep(Duration::from_millis(
+            if last.iter().all(|v| *v == 0) && expect_some {
+                200
+            } else {
+                600
+            },
+        ));
         let now = server_counters(c, slot);
         if now == last && (!expect_some || now.iter().any(|v| *v != 0)) {
             return now;
@@ -98,6 +102,8 @@ struct Tally {
     counters_compared: u32,
     counters_wrong: u32,
     undecided: u32,
+    /// Decodes where one transaction carried all of total_bytes.
+    single_txn: u32,
     wrong: Vec<String>,
 }
 
@@ -112,7 +118,8 @@ fn compare(
     tally: &mut Tally,
 ) {
     // the decode stops after the record ending at or after `upto`; it must be flushed
-    c.batch_execute("SELECT pg_current_wal_flush_lsn()").unwrap();
+    c.batch_execute("SELECT pg_current_wal_flush_lsn()")
+        .unwrap();
     let upto = upto.unwrap_or_else(|| flush_lsn(c));
     let upto_s = fmt_lsn(upto);
     reset_counters(c, slot);
@@ -127,6 +134,16 @@ fn compare(
         .unwrap_or_else(|e| panic!("{what}: snapbuild_decoding_cost: {}", err_text(&e)));
     let predicted: Vec<Option<i64>> = (0..8).map(|i| p.get(i)).collect();
     let undecided: Option<String> = p.get(8);
+    // the same decode, transaction by transaction
+    let backlog: Vec<(String, i64)> = c
+        .query(
+            &format!("SELECT decoder, total_bytes FROM snapbuild_backlog($1, '{upto_s}', $2, $3)"),
+            &[&slot, &d.work_mem_kb, &d.streaming],
+        )
+        .unwrap_or_else(|e| panic!("{what}: snapbuild_backlog: {}", err_text(&e)))
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
     let mut dc = env.connect("pgsnap-decode");
     dc.batch_execute(&format!(
         "SET logical_decoding_work_mem = '{}kB'",
@@ -135,7 +152,7 @@ fn compare(
     .unwrap();
     if d.pgoutput {
         let proto = if d.streaming { "2" } else { "1" };
-        let mut opts = format!("'proto_version', '{proto}', 'publication_names', 'pgsnap_a13'");
+        let mut opts = format!("'proto_version', '{proto}', 'publication_names', 'pgsnap_a14'");
         if d.streaming {
             opts.push_str(", 'streaming', 'on'");
         }
@@ -173,9 +190,29 @@ fn compare(
                 tally.counters_compared += 1;
                 if predicted[i] != Some(server[i]) {
                     tally.counters_wrong += 1;
-                    wrong.push(format!("{name} predicted {:?} server {}", predicted[i], server[i]));
+                    wrong.push(format!(
+                        "{name} predicted {:?} server {}",
+                        predicted[i], server[i]
+                    ));
                 }
             }
+        }
+    }
+    // every byte of total_bytes belongs to one transaction of the backlog; with a single
+    // transaction sent, the server's total_bytes is that transaction's row
+    if undecided.is_none() {
+        let sum: i64 = backlog.iter().map(|b| b.1).sum();
+        tally.counters_compared += 1;
+        if sum != server[1] {
+            tally.counters_wrong += 1;
+            wrong.push(format!(
+                "backlog rows add up to {sum} bytes, server total_bytes {}",
+                server[1]
+            ));
+        }
+        let sent: Vec<&(String, i64)> = backlog.iter().filter(|b| b.1 > 0).collect();
+        if sent.len() == 1 {
+            tally.single_txn += 1;
         }
     }
     println!(
@@ -190,8 +227,8 @@ fn compare(
 
 fn finish(tally: Tally, what: &str) {
     println!(
-        "pgsnap-counts: decoding_cost_total {what} calls={} counters_compared={} wrong={} undecided={}",
-        tally.calls, tally.counters_compared, tally.counters_wrong, tally.undecided
+        "pgsnap-counts: decoding_cost_total {what} calls={} counters_compared={} wrong={} undecided={} single_transaction_decodes={}",
+        tally.calls, tally.counters_compared, tally.counters_wrong, tally.undecided, tally.single_txn
     );
     assert!(
         tally.wrong.is_empty(),
@@ -211,8 +248,8 @@ struct PreparedGuard(Env);
 
 impl Drop for PreparedGuard {
     fn drop(&mut self) {
-        let mut c = self.0.connect("pgsnap-a13-cleanup");
-        for gid in ["pgsnap_a13_g1", "pgsnap_a13_g2"] {
+        let mut c = self.0.connect("pgsnap-a14-cleanup");
+        for gid in ["pgsnap_a14_g1", "pgsnap_a14_g2"] {
             let _ = c.batch_execute(&format!("ROLLBACK PREPARED '{gid}'"));
         }
     }
@@ -228,15 +265,15 @@ fn setup_tables(c: &mut Client, tables: &[&str]) {
 }
 
 #[test]
-fn a13_small_large_concurrent_and_aborted() {
-    let slot = "pgsnap_a13a";
+fn a14_small_large_concurrent_and_aborted() {
+    let slot = "pgsnap_a14a";
     let Some((_g, env, mut c, _guard)) = start_with_slot(slot) else {
         return;
     };
-    setup_tables(&mut c, &["pgsnap_a13a"]);
+    setup_tables(&mut c, &["pgsnap_a14a"]);
     create_slot(&env, slot);
     let mut tally = Tally::default();
-    let t = "pgsnap_a13a";
+    let t = "pgsnap_a14a";
 
     // many small transactions
     for i in 0..200 {
@@ -252,7 +289,7 @@ fn a13_small_large_concurrent_and_aborted() {
 
     // several concurrent medium ones, interleaved
     let mut xs: Vec<OpenXact> = (0..3)
-        .map(|k| OpenXact::begin(&env, &format!("pgsnap-a13-{k}")))
+        .map(|k| OpenXact::begin(&env, &format!("pgsnap-a14-{k}")))
         .collect();
     for round in 0..4 {
         for (k, x) in xs.iter_mut().enumerate() {
@@ -265,7 +302,7 @@ fn a13_small_large_concurrent_and_aborted() {
     compare(&mut c, &env, slot, "concurrent", SPILL, None, &mut tally);
 
     // an aborted large transaction, and a small committed one after it
-    let mut x = OpenXact::begin(&env, "pgsnap-a13-abort");
+    let mut x = OpenXact::begin(&env, "pgsnap-a14-abort");
     x.exec(&rows(t, 2500, 100));
     x.rollback();
     c.batch_execute(&format!("INSERT INTO {t} VALUES (1, 'after')"))
@@ -276,7 +313,7 @@ fn a13_small_large_concurrent_and_aborted() {
     c.batch_execute(&format!("BEGIN; {}; COMMIT", rows(t, 3000, 100)))
         .unwrap();
     let mut xs: Vec<OpenXact> = (0..3)
-        .map(|k| OpenXact::begin(&env, &format!("pgsnap-a13-s{k}")))
+        .map(|k| OpenXact::begin(&env, &format!("pgsnap-a14-s{k}")))
         .collect();
     for round in 0..4 {
         for (k, x) in xs.iter_mut().enumerate() {
@@ -286,17 +323,25 @@ fn a13_small_large_concurrent_and_aborted() {
     for x in xs.drain(..) {
         x.commit();
     }
-    compare(&mut c, &env, slot, "large+concurrent streamed", STREAM, None, &mut tally);
-    finish(tally, "a13a");
+    compare(
+        &mut c,
+        &env,
+        slot,
+        "large+concurrent streamed",
+        STREAM,
+        None,
+        &mut tally,
+    );
+    finish(tally, "a14a");
 }
 
 #[test]
-fn a13_subtransactions_truncate_messages_ddl() {
-    let slot = "pgsnap_a13b";
+fn a14_subtransactions_truncate_messages_ddl() {
+    let slot = "pgsnap_a14b";
     let Some((_g, env, mut c, _guard)) = start_with_slot(slot) else {
         return;
     };
-    let t = "pgsnap_a13b";
+    let t = "pgsnap_a14b";
     setup_tables(&mut c, &[t]);
     create_slot(&env, slot);
     let mut tally = Tally::default();
@@ -325,55 +370,64 @@ fn a13_subtransactions_truncate_messages_ddl() {
          INSERT INTO {t} VALUES (2, 'b'); COMMIT"
     ))
     .unwrap();
-    compare(&mut c, &env, slot, "truncate+messages", SPILL, None, &mut tally);
+    compare(
+        &mut c,
+        &env,
+        slot,
+        "truncate+messages",
+        SPILL,
+        None,
+        &mut tally,
+    );
 
     // DDL, and DDL committing while a data transaction is open (a snapshot and
     // invalidations distributed to it)
-    let mut x = OpenXact::begin(&env, "pgsnap-a13-open");
+    let mut x = OpenXact::begin(&env, "pgsnap-a14-open");
     x.exec(&rows(t, 200, 50));
     c.batch_execute(
-        "DROP TABLE IF EXISTS pgsnap_a13b_n;
-         BEGIN; CREATE TABLE pgsnap_a13b_n (k int); ALTER TABLE pgsnap_a13b_n ADD COLUMN extra int;
-         INSERT INTO pgsnap_a13b_n VALUES (1, 2); COMMIT;
-         DROP TABLE pgsnap_a13b_n",
+        "DROP TABLE IF EXISTS pgsnap_a14b_n;
+         BEGIN; CREATE TABLE pgsnap_a14b_n (k int); ALTER TABLE pgsnap_a14b_n ADD COLUMN extra int;
+         INSERT INTO pgsnap_a14b_n VALUES (1, 2); COMMIT;
+         DROP TABLE pgsnap_a14b_n",
     )
     .unwrap();
     x.exec(&rows(t, 200, 50));
     x.commit();
     compare(&mut c, &env, slot, "ddl", SPILL, None, &mut tally);
     compare(&mut c, &env, slot, "nothing new", SPILL, None, &mut tally);
-    finish(tally, "a13b");
+    finish(tally, "a14b");
 }
 
 #[test]
-fn a13_two_phase_other_database_and_restart_before_confirmed_flush() {
-    let slot = "pgsnap_a13c";
+fn a14_two_phase_other_database_and_restart_before_confirmed_flush() {
+    let slot = "pgsnap_a14c";
     let Some((_g, env, mut c, _guard)) = start_with_slot(slot) else {
         return;
     };
     let _prepared = PreparedGuard(env.clone());
-    let t = "pgsnap_a13c";
+    let t = "pgsnap_a14c";
     setup_tables(&mut c, &[t]);
     create_slot(&env, slot);
     let mut tally = Tally::default();
 
     // two-phase: prepared then committed, prepared then rolled back (the slot is not
     // two-phase: decoded at COMMIT PREPARED)
-    let mut x = OpenXact::begin(&env, "pgsnap-a13-2pc1");
+    let mut x = OpenXact::begin(&env, "pgsnap-a14-2pc1");
     x.exec(&rows(t, 1000, 100));
-    x.prepare("pgsnap_a13_g1");
-    let mut x = OpenXact::begin(&env, "pgsnap-a13-2pc2");
+    x.prepare("pgsnap_a14_g1");
+    let mut x = OpenXact::begin(&env, "pgsnap-a14-2pc2");
     x.exec(&rows(t, 300, 100));
-    x.prepare("pgsnap_a13_g2");
-    c.batch_execute("COMMIT PREPARED 'pgsnap_a13_g1'").unwrap();
-    c.batch_execute("ROLLBACK PREPARED 'pgsnap_a13_g2'").unwrap();
+    x.prepare("pgsnap_a14_g2");
+    c.batch_execute("COMMIT PREPARED 'pgsnap_a14_g1'").unwrap();
+    c.batch_execute("ROLLBACK PREPARED 'pgsnap_a14_g2'")
+        .unwrap();
     compare(&mut c, &env, slot, "two-phase", SPILL, None, &mut tally);
 
     // traffic in another database
-    let _ = c.batch_execute("DROP DATABASE IF EXISTS pgsnap_a13_other");
-    c.batch_execute("CREATE DATABASE pgsnap_a13_other").unwrap();
+    let _ = c.batch_execute("DROP DATABASE IF EXISTS pgsnap_a14_other");
+    c.batch_execute("CREATE DATABASE pgsnap_a14_other").unwrap();
     {
-        let mut o = connect_db(&env, &mut c, "pgsnap_a13_other", "pgsnap-a13-other");
+        let mut o = connect_db(&env, &mut c, "pgsnap_a14_other", "pgsnap-a14-other");
         o.batch_execute(&format!(
             "CREATE TABLE o (i int, t text); BEGIN; {}; COMMIT",
             rows("o", 2000, 100)
@@ -382,13 +436,21 @@ fn a13_two_phase_other_database_and_restart_before_confirmed_flush() {
     }
     c.batch_execute(&format!("INSERT INTO {t} VALUES (1, 'here')"))
         .unwrap();
-    compare(&mut c, &env, slot, "other database", SPILL, None, &mut tally);
-    c.batch_execute("DROP DATABASE pgsnap_a13_other").unwrap();
+    compare(
+        &mut c,
+        &env,
+        slot,
+        "other database",
+        SPILL,
+        None,
+        &mut tally,
+    );
+    c.batch_execute("DROP DATABASE pgsnap_a14_other").unwrap();
 
     // a decode that stops inside an open transaction: the next one starts at a
     // restart_lsn before it and reads the transactions committed before confirmed_flush
     // again (skipped)
-    let mut x = OpenXact::begin(&env, "pgsnap-a13-long");
+    let mut x = OpenXact::begin(&env, "pgsnap-a14-long");
     x.exec(&rows(t, 500, 100));
     env.log_standby_snapshot(&mut c);
     for i in 0..20 {
@@ -396,27 +458,43 @@ fn a13_two_phase_other_database_and_restart_before_confirmed_flush() {
             .unwrap();
     }
     let mid = flush_lsn(&mut c);
-    compare(&mut c, &env, slot, "upto inside", SPILL, Some(mid), &mut tally);
+    compare(
+        &mut c,
+        &env,
+        slot,
+        "upto inside",
+        SPILL,
+        Some(mid),
+        &mut tally,
+    );
     x.exec(&rows(t, 500, 100));
     x.commit();
     for i in 0..20 {
         c.batch_execute(&format!("INSERT INTO {t} VALUES ({i}, 'after')"))
             .unwrap();
     }
-    compare(&mut c, &env, slot, "restart before confirmed_flush", SPILL, None, &mut tally);
-    finish(tally, "a13c");
+    compare(
+        &mut c,
+        &env,
+        slot,
+        "restart before confirmed_flush",
+        SPILL,
+        None,
+        &mut tally,
+    );
+    finish(tally, "a14c");
 }
 
 #[test]
-fn a13_toast_and_pgoutput() {
-    let slot = "pgsnap_a13d";
+fn a14_toast_and_pgoutput() {
+    let slot = "pgsnap_a14d";
     let Some((_g, env, mut c, _guard)) = start_with_slot(slot) else {
         return;
     };
-    let t = "pgsnap_a13d";
+    let t = "pgsnap_a14d";
     setup_tables(&mut c, &[t]);
-    let _ = c.batch_execute("DROP PUBLICATION IF EXISTS pgsnap_a13");
-    c.batch_execute(&format!("CREATE PUBLICATION pgsnap_a13 FOR TABLE {t}"))
+    let _ = c.batch_execute("DROP PUBLICATION IF EXISTS pgsnap_a14");
+    c.batch_execute(&format!("CREATE PUBLICATION pgsnap_a14 FOR TABLE {t}"))
         .unwrap();
     c.query_one(
         "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
@@ -443,6 +521,41 @@ fn a13_toast_and_pgoutput() {
     ))
     .unwrap();
     compare(&mut c, &env, slot, "toast", pg, None, &mut tally);
+
+    // TOAST values before an int8 (padding moves when the pointer shrinks), rows updated
+    // with and without a new TOAST value, TOAST values in a subtransaction, and enough
+    // TOAST rows in one transaction to spill and be read back in several rounds
+    c.batch_execute(
+        "DROP TABLE IF EXISTS pgsnap_a14d_w; CREATE TABLE pgsnap_a14d_w (t text, n int8, u text);
+         ALTER TABLE pgsnap_a14d_w REPLICA IDENTITY FULL",
+    )
+    .unwrap();
+    c.batch_execute("ALTER PUBLICATION pgsnap_a14 ADD TABLE pgsnap_a14d_w")
+        .unwrap();
+    let big = "(SELECT string_agg(md5(g::text || k::text), '') FROM generate_series(1, 300) k)";
+    let big_n = "(SELECT string_agg(md5(n::text || k::text), '') FROM generate_series(1, 300) k)";
+    c.batch_execute(&format!(
+        "BEGIN; INSERT INTO pgsnap_a14d_w SELECT {big}, g, 'short' FROM generate_series(1, 5) g;
+         UPDATE pgsnap_a14d_w SET n = n + 1 WHERE n = 1;
+         UPDATE pgsnap_a14d_w SET u = {big_n} WHERE n = 2;
+         SAVEPOINT s; INSERT INTO pgsnap_a14d_w SELECT {big}, g, {big} FROM generate_series(6, 8) g;
+         RELEASE s; COMMIT"
+    ))
+    .unwrap();
+    compare(
+        &mut c,
+        &env,
+        slot,
+        "toast alignment and updates",
+        pg,
+        None,
+        &mut tally,
+    );
+    c.batch_execute(&format!(
+        "BEGIN; INSERT INTO pgsnap_a14d_w SELECT {big}, g, NULL FROM generate_series(1, 700) g; COMMIT"
+    ))
+    .unwrap();
+    compare(&mut c, &env, slot, "toast spilled", pg, None, &mut tally);
     if env.major >= 14 {
         c.batch_execute(&format!("BEGIN; {}; COMMIT", rows(t, 2000, 100)))
             .unwrap();
@@ -459,6 +572,6 @@ fn a13_toast_and_pgoutput() {
             &mut tally,
         );
     }
-    c.batch_execute("DROP PUBLICATION pgsnap_a13").unwrap();
-    finish(tally, "a13d");
+    c.batch_execute("DROP PUBLICATION pgsnap_a14").unwrap();
+    finish(tally, "a14d");
 }

@@ -66,7 +66,11 @@ fn relation_layout(spc: u32, db: u32, rel: u32) -> Option<Vec<(i16, u8)>> {
         return None;
     }
     // pg_filenode_relation takes 0 for the database's default tablespace
-    let spc = if spc == unsafe { pg_sys::MyDatabaseTableSpace }.to_u32() { 0 } else { spc };
+    let spc = if spc == unsafe { pg_sys::MyDatabaseTableSpace }.to_u32() {
+        0
+    } else {
+        spc
+    };
     let sql = format!(
         "SELECT attlen, attalign::text FROM pg_catalog.pg_attribute \
           WHERE attrelid = pg_catalog.pg_filenode_relation({spc}, {rel}) AND attnum > 0 \
@@ -113,13 +117,18 @@ pub fn run(
     if !slot.logical || slot.in_creation() || slot.restart_lsn == 0 {
         raise(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            format!("replication slot \"{}\" is not a created logical slot", slot.name),
+            format!(
+                "replication slot \"{}\" is not a created logical slot",
+                slot.name
+            ),
         );
     }
     let work_mem_kb = match work_mem_kb {
         Some(k) if k < 64 => raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("work_mem_kb must be at least 64 (logical_decoding_work_mem's minimum), not {k}"),
+            format!(
+                "work_mem_kb must be at least 64 (logical_decoding_work_mem's minimum), not {k}"
+            ),
         ),
         Some(k) => k,
         None => unsafe { pg_sys::logical_decoding_work_mem },

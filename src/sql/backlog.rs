@@ -29,7 +29,9 @@ fn slot_arg(slot_name: Option<PgName>) -> String {
 /// restarted now (`pg_logical_slot_get_changes(slot_name, upto, NULL)`) reads from
 /// restart_lsn through the first record ending at or after `upto` (the flush position
 /// when NULL), replayed as `snapbuild_trace` does with reorderbuffer.c's memory
-/// accounting on (the server's `logical_decoding_work_mem`, no streaming).
+/// accounting on, under `logical_decoding_work_mem` = `work_mem_kb` (the server's setting
+/// when NULL) with the consumer streaming or not (`streaming`, default false), as
+/// `snapbuild_decoding_cost` counts it.
 ///
 /// Columns: `xid`; `first_lsn` (its first record read) and `end_lsn` (its commit, abort
 /// or prepare; NULL while open); `outcome` (text): `committed`, `aborted`, `prepared`,
@@ -54,6 +56,8 @@ fn slot_arg(slot_name: Option<PgName>) -> String {
 fn snapbuild_backlog(
     slot_name: Option<PgName>,
     upto: default!(Option<PgLsn>, "NULL"),
+    work_mem_kb: default!(Option<i32>, "NULL"),
+    streaming: default!(Option<bool>, "NULL"),
 ) -> TableIterator<
     'static,
     (
@@ -79,10 +83,13 @@ fn snapbuild_backlog(
         name!(spill_count, i64),
         name!(spill_bytes, i64),
         name!(spilled, bool),
+        name!(stream_count, i64),
+        name!(stream_bytes, i64),
     ),
 > {
     let slot = slot_arg(slot_name);
-    let run = backlog::run(&slot, upto.map(|l| Lsn(l.0)), None, false, true);
+    let streaming = streaming.unwrap_or(false);
+    let run = backlog::run(&slot, upto.map(|l| Lsn(l.0)), work_mem_kb, streaming, true);
     let open: Vec<_> = run
         .accounts
         .iter()
@@ -136,6 +143,8 @@ fn snapbuild_backlog(
                 a.spill_count as i64,
                 a.spill_bytes as i64,
                 a.spilled,
+                a.stream_count as i64,
+                a.stream_bytes as i64,
             )
         })
         .collect();

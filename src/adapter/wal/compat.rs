@@ -23,6 +23,8 @@ pub struct Current {
     pub top_xid: u32,
     pub main_data: *mut std::ffi::c_char,
     pub main_data_len: u32,
+    /// `XLogRecGetOrigin`: the replication origin the record came from (0: this node).
+    pub origin: u16,
 }
 
 // The XLogReader callbacks must be the server's C functions themselves (pgrx's bindings are
@@ -93,7 +95,13 @@ unsafe fn block0_tag(reader: *mut pg_sys::XLogReaderState) -> Option<[u32; 3]> {
         std::ptr::null_mut(),
         std::ptr::null_mut(),
     )
-    .then(|| [loc.spcOid.to_u32(), loc.dbOid.to_u32(), loc.relNumber.to_u32()])
+    .then(|| {
+        [
+            loc.spcOid.to_u32(),
+            loc.dbOid.to_u32(),
+            loc.relNumber.to_u32(),
+        ]
+    })
 }
 
 #[cfg(feature = "pg15")]
@@ -107,7 +115,13 @@ unsafe fn block0_tag(reader: *mut pg_sys::XLogReaderState) -> Option<[u32; 3]> {
         std::ptr::null_mut(),
         std::ptr::null_mut(),
     )
-    .then(|| [node.spcNode.to_u32(), node.dbNode.to_u32(), node.relNode.to_u32()])
+    .then(|| {
+        [
+            node.spcNode.to_u32(),
+            node.dbNode.to_u32(),
+            node.relNode.to_u32(),
+        ]
+    })
 }
 
 #[cfg(feature = "pg14")]
@@ -120,7 +134,13 @@ unsafe fn block0_tag(reader: *mut pg_sys::XLogReaderState) -> Option<[u32; 3]> {
         std::ptr::null_mut(),
         std::ptr::null_mut(),
     )
-    .then(|| [node.spcNode.to_u32(), node.dbNode.to_u32(), node.relNode.to_u32()])
+    .then(|| {
+        [
+            node.spcNode.to_u32(),
+            node.dbNode.to_u32(),
+            node.relNode.to_u32(),
+        ]
+    })
 }
 
 /// 14 and 15 never invalidate slots in recovery.
@@ -168,6 +188,7 @@ mod pg15_up {
             top_xid: (*d).toplevel_xid.into_inner(),
             main_data: (*d).main_data,
             main_data_len: (*d).main_data_len,
+            origin: (*d).record_origin,
         }
     }
 
@@ -242,6 +263,7 @@ mod pg14 {
             top_xid: r.toplevel_xid.into_inner(),
             main_data: r.main_data,
             main_data_len: r.main_data_len,
+            origin: r.record_origin,
         }
     }
 

@@ -436,7 +436,10 @@ impl WalReader {
                 RecordKind::Change if self.with_changes => {
                     let (block, [spc, db, rel]) = compat::block0(self.reader);
                     match ChangeRecord::parse(cur.rmid, cur.info, data, block, db, rel, spc) {
-                        Ok(Some(c)) => Payload::Change(c),
+                        Ok(Some(mut c)) => {
+                            c.origin = cur.origin;
+                            Payload::Change(c)
+                        }
                         Ok(None) => Payload::None,
                         Err(e) => raise(
                             C::ERRCODE_DATA_CORRUPTED,

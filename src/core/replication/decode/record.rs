@@ -178,7 +178,9 @@ pub enum Payload {
     Change(crate::replication::reorder_memory::ChangeRecord),
     /// XACT INVALIDATIONS: how many messages (`xl_xact_invals.nmsgs`), when the replay
     /// counts the reorder buffer's memory.
-    Invalidations { nmsgs: u64 },
+    Invalidations {
+        nmsgs: u64,
+    },
     /// HEAP2 NEW_CID: the catalog tuple and command ids.
     NewCid(NewCid),
 }

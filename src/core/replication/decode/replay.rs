@@ -287,7 +287,11 @@ impl Replay {
             };
             m.at = (head.lsn, head.end_lsn);
             if head.rmid != RM_XACT_ID || m.knows(head.xid) {
-                m.count_record(head.xid, head.lsn, head.end_lsn.0.saturating_sub(head.lsn.0));
+                m.count_record(
+                    head.xid,
+                    head.lsn,
+                    head.end_lsn.0.saturating_sub(head.lsn.0),
+                );
             }
             m.can_start_streaming = self.builder.state == SnapBuildState::Consistent
                 && at >= self.builder.start_decoding_at;
@@ -529,6 +533,15 @@ impl Replay {
         };
         if rec.db_oid != self.slot_db {
             return;
+        }
+        if rec.origin != 0 {
+            // decode.c FilterByOrigin: whether the plugin skips it depends on its options
+            m.undecided.get_or_insert_with(|| {
+                format!(
+                    "the change at {} came from replication origin {}: whether the output plugin filters it (pgoutput's origin = none, test_decoding's only-local) depends on the consumer's options",
+                    head.lsn, rec.origin
+                )
+            });
         }
         let sizes = m.rules.sizes;
         for rc in &rec.changes {

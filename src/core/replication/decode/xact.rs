@@ -229,10 +229,15 @@ impl SnapBuild {
             return;
         }
         if self.reorder.memory.is_some() {
-            let sub = self.reorder.memory.as_ref().is_some_and(|m| m.is_subxact(x));
+            let sub = self
+                .reorder
+                .memory
+                .as_ref()
+                .is_some_and(|m| m.is_subxact(x));
             if sub {
                 for s in subxacts.iter().chain(std::iter::once(&x)) {
-                    self.reorder.memory_end(*s, lsn, TxnOutcome::Aborted, false, false);
+                    self.reorder
+                        .memory_end(*s, lsn, TxnOutcome::Aborted, false, false);
                 }
             } else {
                 self.gather_subxacts(x, subxacts, lsn);

@@ -139,6 +139,8 @@ pub struct ChangeRecord {
     pub relfilenumber: u32,
     /// The tablespace of block 0.
     pub spc_oid: u32,
+    /// The replication origin the record came from (`XLogRecGetOrigin`; 0: this node).
+    pub origin: u16,
     /// The changes it queues, in order; empty when the decoder queues nothing (a catalog
     /// insert, a heap operation decode.c ignores).
     pub changes: Vec<RecordChange>,
@@ -247,7 +249,9 @@ const XLH_DELETE_IS_SUPER: u8 = 1 << 3;
 fn xlog_tuple_len(datalen: usize) -> Result<u64, String> {
     let d = datalen as u64;
     if d < SIZE_OF_HEAP_HEADER {
-        return Err(format!("tuple data of {d} bytes is shorter than its header"));
+        return Err(format!(
+            "tuple data of {d} bytes is shorter than its header"
+        ));
     }
     Ok(d - SIZE_OF_HEAP_HEADER + SIZEOF_HEAP_TUPLE_HEADER)
 }
@@ -269,7 +273,8 @@ fn xlog_tuple(block: &[u8]) -> Option<TupleBytes> {
 /// `t_bits` on): its first attribute, an oid at `t_hoff`.
 fn toast_chunk_id(block: &[u8]) -> Result<u32, String> {
     let t_hoff = *block.get(4).ok_or("TOAST chunk without its header")? as usize;
-    let at = SIZE_OF_HEAP_HEADER as usize + t_hoff.saturating_sub(SIZEOF_HEAP_TUPLE_HEADER as usize);
+    let at =
+        SIZE_OF_HEAP_HEADER as usize + t_hoff.saturating_sub(SIZEOF_HEAP_TUPLE_HEADER as usize);
     block
         .get(at..at + 4)
         .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
@@ -300,6 +305,7 @@ impl ChangeRecord {
             db_oid: block0_db,
             relfilenumber: block0_rel,
             spc_oid: block0_spc,
+            origin: 0,
             changes: Vec::new(),
             toast_insert: false,
         };
@@ -336,7 +342,10 @@ impl ChangeRecord {
                     c.tuple = xlog_tuple(block);
                 }
                 if flags & XLH_UPDATE_CONTAINS_OLD != 0 {
-                    let n = main.len().checked_sub(SIZE_OF_HEAP_UPDATE).ok_or("short UPDATE")?;
+                    let n = main
+                        .len()
+                        .checked_sub(SIZE_OF_HEAP_UPDATE)
+                        .ok_or("short UPDATE")?;
                     c.old_len = Some(xlog_tuple_len(n)?);
                 }
                 rec.changes.push(c);
@@ -351,7 +360,10 @@ impl ChangeRecord {
                 };
                 let mut c = RecordChange::new(action);
                 if flags & XLH_DELETE_CONTAINS_OLD != 0 {
-                    let n = main.len().checked_sub(SIZE_OF_HEAP_DELETE).ok_or("short DELETE")?;
+                    let n = main
+                        .len()
+                        .checked_sub(SIZE_OF_HEAP_DELETE)
+                        .ok_or("short DELETE")?;
                     c.old_len = Some(xlog_tuple_len(n)?);
                 }
                 rec.changes.push(c);
@@ -369,7 +381,8 @@ impl ChangeRecord {
                 rec.changes.push(c);
             }
             (RM_HEAP_ID, 0x50) => {
-                rec.changes.push(RecordChange::new(ChangeAction::SpecConfirm));
+                rec.changes
+                    .push(RecordChange::new(ChangeAction::SpecConfirm));
             }
             (RM_HEAP2_ID, 0x50) => {
                 // MULTI_INSERT: xl_heap_multi_insert { flags, ntuples, offsets[] }
@@ -441,7 +454,16 @@ mod tests {
 
     #[test]
     fn multi_insert_tuples_are_short_aligned() {
-        let main = [XLH_INSERT_CONTAINS_NEW_TUPLE | XLH_INSERT_LAST_IN_MULTI, 0, 2, 0, 1, 0, 2, 0];
+        let main = [
+            XLH_INSERT_CONTAINS_NEW_TUPLE | XLH_INSERT_LAST_IN_MULTI,
+            0,
+            2,
+            0,
+            1,
+            0,
+            2,
+            0,
+        ];
         // tuple 1: 7-byte header + 3 bytes (ends at 10), tuple 2 at 10: header + 4
         let mut block = vec![3u8, 0, 0, 0, 0, 0, 24, 1, 2, 3];
         block.extend_from_slice(&[4u8, 0, 0, 0, 0, 0, 24, 1, 2, 3, 4]);

@@ -348,7 +348,13 @@ impl ReorderMemory {
 
     /// Re-runs reorderbuffer.c ReorderBufferQueueChange: `change` goes to `xid`, then the
     /// partial-change bookkeeping and the memory limit.
-    pub fn queue_change(&mut self, xid: TransactionId, lsn: Lsn, change: Change, toast_insert: bool) {
+    pub fn queue_change(
+        &mut self,
+        xid: TransactionId,
+        lsn: Lsn,
+        change: Change,
+        toast_insert: bool,
+    ) {
         self.txn(xid, lsn);
         let top = self.top_of(xid);
         if self.txns[&xid].aborted {
@@ -373,11 +379,21 @@ impl ReorderMemory {
     /// What ReorderBufferToastReplace will add to the size of change `rc` of record `rec`
     /// of `xid` when it is replayed (see `toast.rs`), keeping track of the TOAST values
     /// whose chunks wait for their row (in queue order, which is the replay's order).
-    pub fn toast_growth(&mut self, xid: TransactionId, lsn: Lsn, rec: &ChangeRecord, rc: &RecordChange) -> i64 {
+    pub fn toast_growth(
+        &mut self,
+        xid: TransactionId,
+        lsn: Lsn,
+        rec: &ChangeRecord,
+        rc: &RecordChange,
+    ) -> i64 {
         self.txn(xid, lsn);
         let top = self.top_of(xid);
         if let Some(id) = rc.toast_chunk_id {
-            self.txns.get_mut(&top).expect("known").toast_waiting.insert(id);
+            self.txns
+                .get_mut(&top)
+                .expect("known")
+                .toast_waiting
+                .insert(id);
             return 0;
         }
         let resets = match rc.action {
@@ -394,7 +410,10 @@ impl ReorderMemory {
             if let Some(t) = &rc.tuple {
                 let key = (rec.spc_oid, rec.db_oid, rec.relfilenumber);
                 if !self.layouts.contains_key(&key) {
-                    let l = self.rules.relation_layout.and_then(|f| f(key.0, key.1, key.2));
+                    let l = self
+                        .rules
+                        .relation_layout
+                        .and_then(|f| f(key.0, key.1, key.2));
                     self.layouts.insert(key, l);
                 }
                 match &self.layouts[&key] {
@@ -402,19 +421,23 @@ impl ReorderMemory {
                         match toast::toast_replace_growth(t, layout, &self.txns[&top].toast_waiting) {
                             Ok(g) => growth = g,
                             Err(why) => self.undecide(format!(
-                                "the row at {lsn} is rebuilt with its TOAST values and its size                                  cannot be told: {why}"
+                                "the row at {lsn} is rebuilt with its TOAST values and its size cannot be told: {why}"
                             )),
                         }
                     }
                     None => self.undecide(format!(
-                        "the row at {lsn} is rebuilt with its TOAST values, and its relation                          (relfilenode {}) cannot be looked up in this database",
+                        "the row at {lsn} is rebuilt with its TOAST values, and its relation (relfilenode {}) cannot be looked up in this database",
                         key.2
                     )),
                 }
             }
         }
         if resets {
-            self.txns.get_mut(&top).expect("known").toast_waiting.clear();
+            self.txns
+                .get_mut(&top)
+                .expect("known")
+                .toast_waiting
+                .clear();
         }
         growth
     }
@@ -437,13 +460,17 @@ impl ReorderMemory {
         if c.action == ChangeAction::SpecInsert {
             t.has_partial = true;
         } else if t.has_partial
-            && matches!(c.action, ChangeAction::SpecConfirm | ChangeAction::SpecAbort)
+            && matches!(
+                c.action,
+                ChangeAction::SpecConfirm | ChangeAction::SpecAbort
+            )
         {
             t.has_partial = false;
         }
         let serialized = self.txns[&xid].serialized;
         let t = &self.txns[&top];
-        if self.can_start_streaming && !t.has_partial && serialized && t.has_streamable {
+        let streamable = self.rules.major < 16 || t.has_streamable;
+        if self.can_start_streaming && !t.has_partial && serialized && streamable {
             self.stream_txn(top);
         }
     }
@@ -520,8 +547,9 @@ impl ReorderMemory {
         best.map(|b| b.1)
     }
 
-    /// Re-runs reorderbuffer.c ReorderBufferLargestStreamableTopTXN (16+; the first in
-    /// base-snapshot order of the largest wins).
+    /// Re-runs reorderbuffer.c ReorderBufferLargestStreamableTopTXN (16+;
+    /// ReorderBufferLargestTopTXN on 14 and 15, which also takes a transaction without a
+    /// streamable change): the first in base-snapshot order of the largest wins.
     fn largest_streamable_top(&self) -> Option<TransactionId> {
         let mut cands: Vec<(&TransactionId, &MemTxn)> = self
             .txns
@@ -531,7 +559,8 @@ impl ReorderMemory {
         cands.sort_by_key(|(_, t)| t.base_seq);
         let mut best: Option<(u64, TransactionId)> = None;
         for (x, t) in cands {
-            if t.has_partial || !t.has_streamable || t.aborted {
+            // 14 and 15 (ReorderBufferLargestTopTXN) do not ask for a streamable change
+            if t.has_partial || (self.rules.major >= 16 && !t.has_streamable) || t.aborted {
                 continue;
             }
             if t.total_size > 0 && best.is_none_or(|(s, _)| t.total_size > s) {
@@ -692,7 +721,10 @@ impl ReorderMemory {
         let top = self.top_of(xid);
         self.txns.get_mut(&top).expect("known").own_invalidations += nmsgs;
         let s = self.rules.sizes;
-        let c = Change::plain(ChangeAction::Invalidation, s.change + s.inval_message * nmsgs);
+        let c = Change::plain(
+            ChangeAction::Invalidation,
+            s.change + s.inval_message * nmsgs,
+        );
         self.queue_change(xid, lsn, c, false);
     }
 
@@ -707,7 +739,14 @@ impl ReorderMemory {
     /// `[lsn, end)`: replayed (ReorderBufferProcessTXN, or the last stream and stream
     /// commit of a streamed one), counted in the statistics when it has a base snapshot.
     /// With `keep` (a PREPARE) the transaction stays, its changes let go of.
-    pub fn replay(&mut self, xid: TransactionId, lsn: Lsn, end: Lsn, outcome: TxnOutcome, keep: bool) {
+    pub fn replay(
+        &mut self,
+        xid: TransactionId,
+        lsn: Lsn,
+        end: Lsn,
+        outcome: TxnOutcome,
+        keep: bool,
+    ) {
         if !self.txns.contains_key(&xid) {
             return;
         }
@@ -864,9 +903,10 @@ impl CostSummary {
                 &mut self.skipped_before_start_txns,
                 &mut self.skipped_before_start_wal_bytes,
             ),
-            TxnOutcome::Aborted | TxnOutcome::ForgottenAsOld => {
-                (&mut self.skipped_aborted_txns, &mut self.skipped_aborted_wal_bytes)
-            }
+            TxnOutcome::Aborted | TxnOutcome::ForgottenAsOld => (
+                &mut self.skipped_aborted_txns,
+                &mut self.skipped_aborted_wal_bytes,
+            ),
             TxnOutcome::SkippedOtherDatabase | TxnOutcome::NoChanges => (
                 &mut self.skipped_other_db_txns,
                 &mut self.skipped_other_db_wal_bytes,

@@ -81,7 +81,10 @@ impl ReorderMemory {
             self.memory_update(x, sum(chunks[0]) as i64);
         }
         for (ci, chunk) in chunks.iter().enumerate() {
-            let mut taken_here = 0u64;
+            // each change's size as the transaction counts it now (a rebuilt TOAST row
+            // grows), and whether it is still on the transaction's list
+            let mut size_now: Vec<i64> = chunk.iter().map(|c| c.size as i64).collect();
+            let mut linked = vec![true; chunk.len()];
             for (i, c) in chunk.iter().enumerate() {
                 let back_to_disk = serialized && i + 1 == chunk.len() && n != chunk.len();
                 if back_to_disk {
@@ -89,32 +92,29 @@ impl ReorderMemory {
                     self.stats.total_bytes += size;
                     added += size;
                     // the chunk is let go of, all but the change handed out now
-                    let linked = sum(chunk) - taken_here - c.size;
-                    self.memory_update(x, -(linked as i64));
+                    let freed: i64 = (0..i).filter(|j| linked[*j]).map(|j| size_now[j]).sum();
+                    self.memory_update(x, -freed);
                     if let Some(next) = chunks.get(ci + 1) {
                         self.memory_update(x, sum(next) as i64);
                     }
                 }
-                let kept = self.apply_change(x, c, aside);
+                let (kept, grown) = self.apply_change(x, c, aside);
+                size_now[i] += grown;
                 if kept {
-                    taken_here += c.size;
+                    linked[i] = false;
                 } else if back_to_disk {
                     // freed at the next ReorderBufferIterTXNNext call
-                    self.memory_update(x, -(c.size as i64));
+                    self.memory_update(x, -size_now[i]);
                 }
             }
         }
         added
     }
 
-    /// One change as ReorderBufferProcessTXN replays it; true when the change is kept
-    /// aside (unlinked from the transaction's list).
-    fn apply_change(&mut self, x: TransactionId, c: &Change, aside: &mut Aside) -> bool {
-        match c.action {
-            ChangeAction::SpecInsert if c.toast_chunk => {
-                aside.toast.push((x, c.size));
-                true
-            }
+    /// One change as ReorderBufferProcessTXN replays it: whether the change is kept aside
+    /// (unlinked from the transaction's list), and by how much it grew.
+    fn apply_change(&mut self, x: TransactionId, c: &Change, aside: &mut Aside) -> (bool, i64) {
+        let kept = match c.action {
             ChangeAction::SpecInsert => {
                 aside.spec = Some((x, *c));
                 true
@@ -139,21 +139,22 @@ impl ReorderMemory {
             ChangeAction::Insert | ChangeAction::Update | ChangeAction::Delete => {
                 if c.tupleless || c.toast_other {
                     self.let_go_of_spec(aside);
-                    return false;
+                    return (false, 0);
                 }
                 if c.toast_chunk {
                     aside.toast.push((x, c.size));
-                    return true;
+                    return (true, 0);
                 }
                 self.memory_update(x, c.toast_growth);
                 if c.clear_toast {
                     self.toast_reset(aside);
                 }
                 self.let_go_of_spec(aside);
-                false
+                return (false, c.toast_growth);
             }
             _ => false,
-        }
+        };
+        (kept, 0)
     }
 
     /// ReorderBufferToastReset: the chunks kept aside are let go of.
@@ -168,7 +169,7 @@ impl ReorderMemory {
     /// `change_done`: a speculative insert still aside is let go of.
     fn let_go_of_spec(&mut self, aside: &mut Aside) {
         if let Some((sx, spec)) = aside.spec.take() {
-            self.memory_update(sx, -(spec.size as i64 + spec.toast_growth));
+            self.memory_update(sx, -(spec.size as i64));
         }
     }
 }

@@ -75,7 +75,10 @@ pub fn toast_replace_growth(
                     ((b0 >> 1) as usize, false)
                 } else {
                     let h = tp.get(off..off + 4).ok_or_else(bad)?;
-                    ((u32::from_le_bytes([h[0], h[1], h[2], h[3]]) >> 2) as usize, false)
+                    (
+                        (u32::from_le_bytes([h[0], h[1], h[2], h[3]]) >> 2) as usize,
+                        false,
+                    )
                 };
                 if size == 0 {
                     return Err(bad());
@@ -89,10 +92,19 @@ pub fn toast_replace_growth(
                     new_off = align(new_off, attalign);
                 }
                 off += size;
-                new_off += if replaced { INDIRECT_POINTER_SIZE } else { size };
+                new_off += if replaced {
+                    INDIRECT_POINTER_SIZE
+                } else {
+                    size
+                };
             }
             -2 => {
-                let n = tp.get(off..).ok_or_else(bad)?.iter().position(|b| *b == 0).ok_or_else(bad)?;
+                let n = tp
+                    .get(off..)
+                    .ok_or_else(bad)?
+                    .iter()
+                    .position(|b| *b == 0)
+                    .ok_or_else(bad)?;
                 off += n + 1;
                 new_off += n + 1;
             }
@@ -127,7 +139,12 @@ mod tests {
         // (int4, text): 4 bytes, then the pointer (no padding: 1-byte header)
         let mut data = 7i32.to_ne_bytes().to_vec();
         data.extend(external(900));
-        let t = TupleBytes { infomask2: 2, infomask: 0, t_hoff: 24, data: [vec![0u8], data].concat() };
+        let t = TupleBytes {
+            infomask2: 2,
+            infomask: 0,
+            t_hoff: 24,
+            data: [vec![0u8], data].concat(),
+        };
         let layout = [(4, b'i'), (-1, b'i')];
         let mut w = HashSet::default();
         assert_eq!(toast_replace_growth(&t, &layout, &w), Ok(0));
@@ -141,16 +158,34 @@ mod tests {
         let mut data = external(5);
         data.extend([0u8; 6]);
         data.extend(1i64.to_ne_bytes());
-        let t = TupleBytes { infomask2: 2, infomask: 0, t_hoff: 24, data: [vec![0u8], data].concat() };
+        let t = TupleBytes {
+            infomask2: 2,
+            infomask: 0,
+            t_hoff: 24,
+            data: [vec![0u8], data].concat(),
+        };
         let w: HashSet<u32> = [5].into_iter().collect();
-        assert_eq!(toast_replace_growth(&t, &[(-1, b'i'), (8, b'd')], &w), Ok(-16));
+        assert_eq!(
+            toast_replace_growth(&t, &[(-1, b'i'), (8, b'd')], &w),
+            Ok(-16)
+        );
     }
 
     #[test]
     fn rows_that_do_not_fit_are_not_guessed() {
-        let t = TupleBytes { infomask2: 3, infomask: 0, t_hoff: 24, data: vec![0; 9] };
+        let t = TupleBytes {
+            infomask2: 3,
+            infomask: 0,
+            t_hoff: 24,
+            data: vec![0; 9],
+        };
         assert!(toast_replace_growth(&t, &[(4, b'i'), (4, b'i')], &HashSet::default()).is_err());
-        let t = TupleBytes { infomask2: 1, infomask: 0, t_hoff: 24, data: vec![0; 3] };
+        let t = TupleBytes {
+            infomask2: 1,
+            infomask: 0,
+            t_hoff: 24,
+            data: vec![0; 3],
+        };
         assert!(toast_replace_growth(&t, &[(4, b'i')], &HashSet::default()).is_err());
     }
 }
