@@ -2,7 +2,7 @@
 # Reproduces the incidents of docs/troubleshooting.md on throw-away PostgreSQL clusters and
 # writes the page from docs/troubleshooting.md.in with the real outputs pasted in.
 #
-#   scripts/troubleshooting.sh      (about 70 s; needs scripts/setup.sh's .pg/18 with the extension)
+#   scripts/troubleshooting.sh      (about 90 s; needs scripts/setup.sh's .pg/18 with the extension)
 #
 # PGSNAP_TS_PGDIR names another PostgreSQL tree (17 or later: failover slots) with the
 # extension installed; the default is .pg/18.
@@ -716,6 +716,84 @@ expect "9 (WAL loss forecast)" $PPORT "SELECT invalidation_reason = 'wal_removed
 keep l9_loss_lsn "$loss_lsn"
 q $PPORT "SELECT pg_drop_replication_slot('reporting_slot')" >/dev/null
 q $PPORT "ALTER SYSTEM RESET max_slot_wal_keep_size" >/dev/null
+q $PPORT "SELECT pg_reload_conf()" >/dev/null
+
+# ---------------------------------------------------------------------------------------
+# 10. a consumer behind, a big transaction: the next decode spills to disk
+# ---------------------------------------------------------------------------------------
+
+say "10. the decoding cost: a consumer behind, a big transaction spilled"
+# the 64kB minimum keeps the incident cheap; the default is 64MB
+q $PPORT "ALTER SYSTEM SET logical_decoding_work_mem = '64kB'" >/dev/null
+q $PPORT "SELECT pg_reload_conf()" >/dev/null
+wait_for "logical_decoding_work_mem to apply" $PPORT "SELECT current_setting('logical_decoding_work_mem') = '64kB'"
+q $PPORT "CREATE TABLE order_lines (order_id int, line int, sku varchar(100))" >/dev/null
+q $PPORT "SELECT pg_create_logical_replication_slot('analytics_slot', 'test_decoding')" >/dev/null
+# the application: small transactions, one big one (a month's order lines in one statement),
+# more small ones; the inventory database is busy too. Nobody consumes analytics_slot.
+small_txns() { # N
+    for i in $(seq 1 "$1"); do echo "INSERT INTO orders (status) VALUES ('small $i');"; done \
+        | "$BIN/psql" -X -q -v ON_ERROR_STOP=1 -d "$(conninfo $PPORT postgres order_entry)" >/dev/null
+}
+small_txns 150
+big_xid=$("$BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$(conninfo $PPORT postgres month_close)" \
+    -c "BEGIN" \
+    -c "INSERT INTO order_lines SELECT g / 10, g % 10, repeat(md5(g::text), 3)::varchar(100) FROM generate_series(1, 2000) g" \
+    -c "SELECT pg_current_xact_id()" -c "COMMIT")
+for _ in 1 2 3 4 5; do q $PPORT "UPDATE stock SET qty = qty + 1" inventory >/dev/null; done
+small_txns 150
+show t10_lag "SELECT slot_name, active, pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)) AS behind,
+       current_setting('logical_decoding_work_mem') AS logical_decoding_work_mem
+FROM pg_replication_slots WHERE slot_name = 'analytics_slot';"
+show -x t10_cost "SELECT * FROM snapbuild_decoding_cost('analytics_slot');"
+show t10_whatif "SELECT c.work_mem_kb, c.streaming, c.spill_txns, c.spill_count, c.spill_bytes,
+       c.stream_txns, c.stream_count, c.stream_bytes, c.peak_memory_bytes
+FROM (VALUES (64, false), (1024, false), (64, true)) AS w(kb, streaming),
+     snapbuild_decoding_cost('analytics_slot', work_mem_kb => w.kb, streaming => w.streaming) AS c;"
+show t10_backlog "SELECT xid, outcome, inserts, wal_bytes, queued_bytes, total_bytes, decoder, spill_count, spill_bytes
+FROM snapbuild_backlog('analytics_slot') ORDER BY queued_bytes DESC, first_lsn LIMIT 3;"
+show t10_backlog_sum "SELECT decoder, count(*) AS txns, sum(wal_bytes) AS wal_bytes, sum(total_bytes) AS total_bytes
+FROM snapbuild_backlog('analytics_slot') GROUP BY decoder ORDER BY txns DESC;"
+expect "10 (decoding cost)" $PPORT "SELECT undecided IS NULL AND spill_txns = 1 AND largest_xid = '$big_xid'
+    FROM snapbuild_decoding_cost('analytics_slot')"
+expect "10 (decoding cost)" $PPORT "SELECT spill_txns = 0 AND stream_txns = 0
+    FROM snapbuild_decoding_cost('analytics_slot', work_mem_kb => 1024)"
+expect "10 (decoding cost)" $PPORT "SELECT spill_txns = 0 AND stream_txns = 1
+    FROM snapbuild_decoding_cost('analytics_slot', streaming => true)"
+expect "10 (decoding cost)" $PPORT "SELECT xid = '$big_xid' AND spilled
+    FROM snapbuild_backlog('analytics_slot') ORDER BY queued_bytes DESC LIMIT 1"
+# the remedies tried on copies of the slot (same restart_lsn and confirmed_flush)
+show t10_copies "SELECT pg_copy_logical_replication_slot('analytics_slot', 'analytics_try_1mb'),
+       pg_copy_logical_replication_slot('analytics_slot', 'analytics_try_stream');"
+COUNTERS="total_txns, total_bytes, spill_txns, spill_count, spill_bytes, stream_txns, stream_count, stream_bytes"
+predicted() { # SLOT [ARGS]: the eight counters predicted, as one line
+    q $PPORT "SELECT concat_ws(' ', $COUNTERS) FROM snapbuild_decoding_cost('$1'${2:-})"
+}
+pred_slot=$(predicted analytics_slot)
+pred_1mb=$(predicted analytics_try_1mb ", work_mem_kb => 1024")
+pred_stream=$(predicted analytics_try_stream ", streaming => true")
+# the decode, with the slot's statistics reset first
+show t10_reset "SELECT pg_stat_reset_replication_slot('analytics_slot');"
+show t10_decode "SELECT count(*) AS changes FROM pg_logical_slot_get_changes('analytics_slot', NULL, NULL);"
+show t10_try "SET logical_decoding_work_mem = '1MB';
+SELECT count(*) AS changes FROM pg_logical_slot_get_changes('analytics_try_1mb', NULL, NULL);
+RESET logical_decoding_work_mem;
+SELECT count(*) AS changes FROM pg_logical_slot_get_changes('analytics_try_stream', NULL, NULL,
+       'stream-changes', 'on');"
+wait_for "the decodes' statistics" $PPORT "SELECT count(*) = 3 AND bool_and(total_txns > 0)
+    FROM pg_stat_replication_slots WHERE slot_name LIKE 'analytics%'"
+show t10_stats "SELECT slot_name, $COUNTERS
+FROM pg_stat_replication_slots WHERE slot_name LIKE 'analytics%' ORDER BY slot_name;"
+server() { q $PPORT "SELECT concat_ws(' ', $COUNTERS) FROM pg_stat_replication_slots WHERE slot_name = '$1'"; }
+for pair in "analytics_slot:$pred_slot" "analytics_try_1mb:$pred_1mb" "analytics_try_stream:$pred_stream"; do
+    slot=${pair%%:*} want=${pair#*:} got=$(server "${pair%%:*}")
+    [ "$got" = "$want" ] \
+        || fail "10 (decoding cost): $slot: predicted ($COUNTERS) $want, pg_stat_replication_slots $got"
+done
+keep t10_big_xid "$big_xid"
+keep t10_predicted "$pred_slot"
+q $PPORT "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE 'analytics%'" >/dev/null
+q $PPORT "ALTER SYSTEM RESET logical_decoding_work_mem" >/dev/null
 q $PPORT "SELECT pg_reload_conf()" >/dev/null
 
 # ---------------------------------------------------------------------------------------

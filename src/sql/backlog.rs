@@ -44,8 +44,8 @@ fn slot_arg(slot_name: Option<PgName>) -> String {
 /// ReorderBufferChangeSize counts them); `total_bytes` (int8: what replaying it adds to
 /// `pg_stat_replication_slots.total_bytes`); `decoder` (text: `sent`, `skipped: committed
 /// before the start point`, `skipped: another database`, `skipped: no changes`, `skipped:
-/// aborted`, `sent at prepare`, `pending`); `spill_count` and `spill_bytes` (int8); `spilled`
-/// (bool).
+/// aborted`, `skipped: ended without a record`, `sent at prepare`, `pending`); `spill_count`
+/// and `spill_bytes` (int8); `spilled` (bool).
 ///
 /// Errors: `null_value_not_allowed` (22004) for a NULL slot_name; `undefined_object`
 /// (42704) for no such slot; `object_not_in_prerequisite_state` (55000) for a physical
@@ -171,8 +171,8 @@ fn snapbuild_backlog(
 /// (text).
 ///
 /// Errors: as `snapbuild_backlog`; `invalid_parameter_value` (22023) for `work_mem_kb`
-/// below 64; `null_value_not_allowed` for a NULL `streaming` given explicitly is not an
-/// error (it means false). Read-only.
+/// below 64 (`logical_decoding_work_mem`'s minimum). A NULL `streaming` means false, as
+/// when it is left out. Read-only.
 #[pg_extern]
 #[allow(clippy::type_complexity)]
 fn snapbuild_decoding_cost(
