@@ -681,6 +681,8 @@ mod tests {
         let msg = |db_id| Payload::Message {
             transactional: true,
             db_id,
+            prefix_len: 1,
+            content_len: 1,
         };
         let mut h = head(0x600, RecordKind::LogicalMessage, 960);
         h.rmid = crate::include::rmgrlist::RM_LOGICALMSG_ID;
@@ -710,6 +712,8 @@ mod tests {
             let msg = Payload::Message {
                 transactional: true,
                 db_id: 5,
+                prefix_len: 1,
+                content_len: 1,
             };
             let mut h = head(0x700, RecordKind::LogicalMessage, 961);
             h.rmid = crate::include::rmgrlist::RM_LOGICALMSG_ID;

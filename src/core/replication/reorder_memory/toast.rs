@@ -3,7 +3,8 @@
 //! table it replays is taken apart (heap_deform_tuple) and built again
 //! (heap_form_tuple) with each on-disk TOAST pointer whose value is among the waiting
 //! chunks replaced by an indirect pointer to the value rebuilt in memory. The pointer
-//! shrinks from 18 bytes to 10, and the attributes after it may be padded differently.
+//! shrinks from 18 bytes to 10 (an 8-byte shift: the attributes after it keep their
+//! padding); finding the pointers takes the relation's attributes.
 
 use rustc_hash::FxHashSet as HashSet;
 
@@ -153,8 +154,9 @@ mod tests {
     }
 
     #[test]
-    fn padding_after_the_pointer_moves_with_it() {
-        // (text, int8): pointer at 0 (18 bytes), int8 aligned at 24; rebuilt: 10, int8 at 16
+    fn the_attributes_after_the_pointer_keep_their_padding() {
+        // (text, int8): pointer at 0 (18 bytes), int8 aligned at 24; rebuilt: 10, int8 at
+        // 16 (an 8-byte shift keeps every alignment)
         let mut data = external(5);
         data.extend([0u8; 6]);
         data.extend(1i64.to_ne_bytes());
