@@ -169,7 +169,7 @@ mod tests {
         let w: HashSet<u32> = [5].into_iter().collect();
         assert_eq!(
             toast_replace_growth(&t, &[(-1, b'i'), (8, b'd')], &w),
-            Ok(-16)
+            Ok(-8)
         );
     }
 
