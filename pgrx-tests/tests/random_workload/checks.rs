@@ -29,6 +29,13 @@ pub const CHECKS: &[Check] = &[
         run: check_predictions,
     },
     Check {
+        name: "decoding cost",
+        how: "SELECT pg_stat_reset_replication_slot('{slot}'); SET logical_decoding_work_mem = '64kB'; \
+              SELECT * FROM snapbuild_decoding_cost('{slot}', <upto>) before pg_logical_slot_get_changes('{slot}', <upto>, NULL), \
+              then SELECT * FROM pg_stat_replication_slots WHERE slot_name = '{slot}'",
+        run: check_decoding_cost,
+    },
+    Check {
         name: "creation consistency LSN",
         how: "SELECT end_lsn, branch FROM snapbuild_trace_range(<restart_lsn>, NULL, <catalog_xmin>, true) \
               WHERE state_before <> 'consistent' AND state = 'consistent' (the first) = the LSN the creation returned",
@@ -116,6 +123,44 @@ pub fn check_predictions(_: &[&Step], o: &Outcome) -> Vec<String> {
                             p.upto
                         ));
                     }
+                }
+            }
+        }
+    }
+    f
+}
+
+/// `snapbuild_decoding_cost` against `pg_stat_replication_slots` for every get_changes
+/// (an undecided prediction has all eight counters NULL and is not compared).
+pub fn check_decoding_cost(_: &[&Step], o: &Outcome) -> Vec<String> {
+    let mut f = Vec::new();
+    for p in &o.predictions {
+        match &p.cost {
+            None => {}
+            Some(Err(e)) => f.push(format!(
+                "{}: snapbuild_decoding_cost up to {} failed: {e}",
+                p.slot, p.upto
+            )),
+            Some(Ok((pred, why, server))) => {
+                if why.is_some() {
+                    if pred.iter().any(Option::is_some) {
+                        f.push(format!("{}: undecided ({why:?}) but counters given", p.slot));
+                    }
+                    continue;
+                }
+                let wrong: Vec<String> = crate::exec::COST_COUNTERS
+                    .iter()
+                    .zip(pred.iter().zip(server))
+                    .filter(|(_, (p, s))| **p != Some(**s))
+                    .map(|(n, (p, s))| format!("{n} predicted {p:?} server {s}"))
+                    .collect();
+                if !wrong.is_empty() {
+                    f.push(format!(
+                        "{} after get_changes up to {}: {}",
+                        p.slot,
+                        p.upto,
+                        wrong.join(", ")
+                    ));
                 }
             }
         }

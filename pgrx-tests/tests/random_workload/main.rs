@@ -255,7 +255,7 @@ fn print_counts(
     }
     println!(
         "pgsnap-counts: random seed {seed} PG{} transactions {done_txns} steps {} units {} slots created {created} \
-         slot states predicted {} (by advance {}, catalog_xmin not predicted {}) restarts {} commits traced {commits_seen} decoded by test_decoding {decoded_total} ({kinds:?}) streamed before their end {streamed} .snap files agreeing {files_agreeing} \
+         slot states predicted {} (by advance {}, catalog_xmin not predicted {}) decoding costs compared {} (undecided {}) restarts {} commits traced {commits_seen} decoded by test_decoding {decoded_total} ({kinds:?}) streamed before their end {streamed} .snap files agreeing {files_agreeing} \
          (byte for byte {files_byte_equal}) undecided {undecided} (of which with a possible writer {writer_dependent}) \
          subscription slot traced while active {} rows {} agreeing {} failures {} ({:.1}s)",
         env.major,
@@ -264,6 +264,14 @@ fn print_counts(
         out.predictions.len(),
         out.predictions.iter().filter(|p| p.advance).count(),
         out.predictions.iter().filter(|p| !p.xmin_predicted).count(),
+        out.predictions
+            .iter()
+            .filter(|p| matches!(&p.cost, Some(Ok((_, None, _)))))
+            .count(),
+        out.predictions
+            .iter()
+            .filter(|p| matches!(&p.cost, Some(Ok((_, Some(_), _)))))
+            .count(),
         rec.steps
             .iter()
             .filter(|s| matches!(s.action, steps::Action::Restart { .. }))
