@@ -654,8 +654,29 @@ impl ReorderMemory {
         }
     }
 
+    /// Whether top-level `xid` or one of its subtransactions holding changes has been
+    /// rolled back by now: replaying it before its end (streaming, or at PREPARE), the
+    /// server stops at the first catalog access that notices (SetupCheckXidLive, a
+    /// "concurrent abort") and counts nothing for it; whether such an access happens
+    /// depends on the decoding backend's caches, which the replay does not know.
+    fn rolled_back_now(&self, xid: TransactionId) -> Option<TransactionId> {
+        let status = self.rules.xid_status?;
+        let t = self.txns.get(&xid)?;
+        std::iter::once(xid)
+            .chain(t.subs.iter().copied())
+            .filter(|x| self.txns.get(x).is_some_and(|t| !t.changes.is_empty()))
+            .find(|x| status(*x) == XidStatus::Aborted)
+    }
+
     /// Re-runs reorderbuffer.c ReorderBufferStreamTXN for top-level `xid`.
     fn stream_txn(&mut self, xid: TransactionId) {
+        if let Some(x) = self.rolled_back_now(xid) {
+            self.undecide(format!(
+                "transaction {x} is streamed before its end but has been rolled back since: the \
+                 server stops streaming it at its first catalog access (a concurrent abort), \
+                 which depends on the decoder's caches"
+            ));
+        }
         let t = &self.txns[&xid];
         if !t.stream_snapshot {
             if !t.base_snapshot {
@@ -753,6 +774,15 @@ impl ReorderMemory {
         if !self.has_base_snapshot(xid) {
             self.finish(xid, Some(lsn), TxnOutcome::NoChanges);
             return;
+        }
+        if keep {
+            if let Some(x) = self.rolled_back_now(xid) {
+                self.undecide(format!(
+                    "prepared transaction {x} has been rolled back since its PREPARE: the server \
+                     stops decoding it at its first catalog access (a concurrent abort), which \
+                     depends on the decoder's caches"
+                ));
+            }
         }
         if self.txns[&xid].streamed {
             self.stream_txn(xid);
