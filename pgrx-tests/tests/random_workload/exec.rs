@@ -415,7 +415,14 @@ impl<'e> Exec<'e> {
         } else {
             "SELECT count(*) FROM pg_logical_slot_get_changes($1, $2::text::pg_lsn, NULL)"
         };
-        admin.execute(consume, &[&slot, &upto]).map_err(e)?;
+        let consumed = admin.execute(consume, &[&slot, &upto]).map_err(e);
+        // the other steps decode with the server's setting
+        if cost.is_some() {
+            admin
+                .batch_execute("RESET logical_decoding_work_mem")
+                .map_err(e)?;
+        }
+        consumed?;
         let cost = cost.map(|c| {
             c.and_then(|(pred, why)| {
                 let server = settled_counters(admin, &slot, &pred)?;
