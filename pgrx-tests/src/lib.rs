@@ -21,7 +21,8 @@
 //! (`snapbuild_diagnose`'s rows), [`historic`] (historic MVCC judged tuple by tuple),
 //! [`scenario`] (a named scenario checked at every step), [`standby`] (a hot standby of
 //! the cluster: `Env::standby`, a test's start on it), [`slotsync`] (failover slots synced
-//! to it), [`watcher`] (the watcher's pid, activity and LOG lines).
+//! to it), [`slot_stats`] (a slot's counters in `pg_stat_replication_slots`), [`watcher`] (the
+//! watcher's pid, activity and LOG lines).
 
 pub mod checks;
 pub mod cluster;
@@ -32,6 +33,7 @@ pub mod log_lines;
 pub mod scenario;
 pub mod server_log;
 pub mod sessions;
+pub mod slot_stats;
 pub mod slotsync;
 pub mod snapfiles;
 pub mod standby;
@@ -49,6 +51,7 @@ pub use log_lines::*;
 pub use scenario::*;
 pub use server_log::*;
 pub use sessions::*;
+pub use slot_stats::*;
 pub use slotsync::*;
 pub use snapfiles::*;
 pub use standby::*;

@@ -12,69 +12,6 @@
 
 use pg_snapbuild_tests::*;
 use postgres::Client;
-use std::time::{Duration, Instant};
-
-const COUNTERS: [&str; 8] = [
-    "total_txns",
-    "total_bytes",
-    "spill_txns",
-    "spill_count",
-    "spill_bytes",
-    "stream_txns",
-    "stream_count",
-    "stream_bytes",
-];
-
-/// The eight counters of `pg_stat_replication_slots` for `slot` (a fresh snapshot).
-fn server_counters(c: &mut Client, slot: &str) -> Vec<i64> {
-    c.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
-    let r = c
-        .query_one(
-            &format!(
-                "SELECT {} FROM pg_stat_replication_slots WHERE slot_name = $1",
-                COUNTERS.join(", ")
-            ),
-            &[&slot],
-        )
-        .unwrap();
-    (0..8).map(|i| r.get::<_, i64>(i)).collect()
-}
-
-/// Resets the slot's statistics and waits until the server shows zeros (14's collector
-/// applies the reset asynchronously).
-fn reset_counters(c: &mut Client, slot: &str) {
-    c.execute("SELECT pg_stat_reset_replication_slot($1)", &[&slot])
-        .unwrap();
-    wait_for(
-        "the slot's statistics reset",
-        Duration::from_secs(10),
-        || server_counters(c, slot).iter().all(|v| *v == 0),
-    );
-}
-
-/// Waits until the server's counters for `slot` stop changing (15+ updates them at once;
-/// 14 sends them to the statistics collector), at most 10 s.
-fn settled_counters(c: &mut Client, slot: &str, expect_some: bool) -> Vec<i64> {
-    let start = Instant::now();
-    let mut last = server_counters(c, slot);
-    loop {
-        std::thread::sleep(Duration::from_millis(
-            if last.iter().all(|v| *v == 0) && expect_some {
-                200
-            } else {
-                600
-            },
-        ));
-        let now = server_counters(c, slot);
-        if now == last && (!expect_some || now.iter().any(|v| *v != 0)) {
-            return now;
-        }
-        if start.elapsed() > Duration::from_secs(10) {
-            return now;
-        }
-        last = now;
-    }
-}
 
 /// How a comparison decodes.
 #[derive(Clone, Copy)]
@@ -122,12 +59,12 @@ fn compare(
         .unwrap();
     let upto = upto.unwrap_or_else(|| flush_lsn(c));
     let upto_s = fmt_lsn(upto);
-    reset_counters(c, slot);
+    reset_slot_counters(c, slot).unwrap();
     let p = c
         .query_one(
             &format!(
                 "SELECT {}, undecided, records FROM snapbuild_decoding_cost($1, '{upto_s}', $2, $3)",
-                COUNTERS.join(", ")
+                SLOT_COUNTERS.join(", ")
             ),
             &[&slot, &d.work_mem_kb, &d.streaming],
         )
@@ -173,8 +110,7 @@ fn compare(
         .unwrap_or_else(|e| panic!("{what}: decoding: {}", err_text(&e)));
     }
     drop(dc);
-    let expect_some = predicted.iter().any(|v| v.is_some_and(|v| v != 0));
-    let server = settled_counters(c, slot, expect_some);
+    let server = settled_slot_counters(c, slot, &predicted).unwrap();
     tally.calls += 1;
     let mut wrong = Vec::new();
     match &undecided {
@@ -186,7 +122,7 @@ fn compare(
             );
         }
         None => {
-            for (i, name) in COUNTERS.iter().enumerate() {
+            for (i, name) in SLOT_COUNTERS.iter().enumerate() {
                 tally.counters_compared += 1;
                 if predicted[i] != Some(server[i]) {
                     tally.counters_wrong += 1;

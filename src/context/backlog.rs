@@ -10,7 +10,7 @@ use snapbuild_core::replication::reorder_memory::{
 use snapbuild_core::{Lsn, TransactionId};
 
 use crate::adapter::raise;
-use crate::adapter::slots::{find_slot, SlotCopy};
+use crate::adapter::slots::SlotCopy;
 use crate::adapter::wal::flush_lsn;
 use crate::context::{self, DecodingContext};
 
@@ -113,16 +113,7 @@ pub fn run(
     streaming: bool,
     keep_accounts: bool,
 ) -> BacklogRun {
-    let slot = find_slot(slot_name);
-    if !slot.logical || slot.in_creation() || slot.restart_lsn == 0 {
-        raise(
-            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            format!(
-                "replication slot \"{}\" is not a created logical slot",
-                slot.name
-            ),
-        );
-    }
+    let slot = context::input::created_logical_slot(slot_name);
     let work_mem_kb = match work_mem_kb {
         Some(k) if k < 64 => raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,

@@ -32,6 +32,25 @@ pub struct ReplayInput {
     pub label: String,
 }
 
+/// The logical slot `slot_name`, created (not being created) and with a restart_lsn: what
+/// a decoder can be started for.
+///
+/// Errors: `undefined_object` (42704) for no such slot; `object_not_in_prerequisite_state`
+/// (55000) for a physical slot, one being created or without restart_lsn.
+pub fn created_logical_slot(slot_name: &str) -> SlotCopy {
+    let slot = find_slot(slot_name);
+    if !slot.logical || slot.in_creation() || slot.restart_lsn == 0 {
+        raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "replication slot \"{}\" is not a created logical slot",
+                slot.name
+            ),
+        );
+    }
+    slot
+}
+
 /// AllocateSnapshotBuilder's parameters as logical.c derives them from the slot: while
 /// the slot is being created (CreateInitDecodingContext) its catalog_xmin is the
 /// initial xmin horizon and in_slot_creation is set; once created

@@ -6,7 +6,6 @@ use pgrx::prelude::*;
 use snapbuild_core::Lsn;
 
 use crate::adapter::raise;
-use crate::adapter::slots::find_slot;
 use crate::adapter::wal::flush_lsn;
 use crate::context::{self, DecodingContext};
 use crate::sql::types::{PgLsn, PgName, Xid};
@@ -74,16 +73,7 @@ fn snapbuild_slot_prediction(
             "by_advance must not be NULL",
         )
     };
-    let slot = find_slot(&slot_name.0);
-    if !slot.logical || slot.in_creation() || slot.restart_lsn == 0 {
-        raise(
-            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            format!(
-                "replication slot \"{}\" is not a created logical slot",
-                slot.name
-            ),
-        );
-    }
+    let slot = context::input::created_logical_slot(&slot_name.0);
     let mut model = slot.model();
     let current = model;
     let upto = upto_lsn.map(|l| Lsn(l.0));

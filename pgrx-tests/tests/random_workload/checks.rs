@@ -148,7 +148,7 @@ pub fn check_decoding_cost(_: &[&Step], o: &Outcome) -> Vec<String> {
                     }
                     continue;
                 }
-                let wrong: Vec<String> = crate::exec::COST_COUNTERS
+                let wrong: Vec<String> = SLOT_COUNTERS
                     .iter()
                     .zip(pred.iter().zip(server))
                     .filter(|(_, (p, s))| **p != Some(**s))

@@ -33,53 +33,6 @@ pub struct Prediction {
 /// The eight counters predicted (with `undecided`) and the server's.
 pub type CostPair = (Vec<Option<i64>>, Option<String>, Vec<i64>);
 
-/// The eight counters of `pg_stat_replication_slots`, in this order.
-pub const COST_COUNTERS: [&str; 8] = [
-    "total_txns",
-    "total_bytes",
-    "spill_txns",
-    "spill_count",
-    "spill_bytes",
-    "stream_txns",
-    "stream_count",
-    "stream_bytes",
-];
-
-/// The slot's counters in `pg_stat_replication_slots` (a fresh statistics snapshot).
-fn slot_counters(c: &mut Client, slot: &str) -> Result<Vec<i64>, String> {
-    c.batch_execute("SELECT pg_stat_clear_snapshot()")
-        .map_err(|e| err_text(&e))?;
-    let r = c
-        .query_one(
-            &format!(
-                "SELECT {} FROM pg_stat_replication_slots WHERE slot_name = $1",
-                COST_COUNTERS.join(", ")
-            ),
-            &[&slot],
-        )
-        .map_err(|e| err_text(&e))?;
-    Ok((0..8).map(|i| r.get::<_, i64>(i)).collect())
-}
-
-/// The counters once the server has reported them (at once on 15+; through the
-/// statistics collector on 14), at most 10 s.
-fn settled_counters(c: &mut Client, slot: &str, expect: &[Option<i64>]) -> Result<Vec<i64>, String> {
-    let start = Instant::now();
-    let mut last = slot_counters(c, slot)?;
-    loop {
-        if last.iter().zip(expect).all(|(s, p)| Some(*s) == *p) {
-            return Ok(last);
-        }
-        std::thread::sleep(Duration::from_millis(300));
-        let now = slot_counters(c, slot)?;
-        if (now == last && start.elapsed() > Duration::from_secs(2))
-            || start.elapsed() > Duration::from_secs(10)
-        {
-            return Ok(now);
-        }
-        last = now;
-    }
-}
 
 /// A creation that returned: the LSN it returned and the slot right then (a peek can
 /// move restart_lsn and catalog_xmin later: LogicalIncreaseRestartDecodingForSlot and
@@ -393,17 +346,12 @@ impl<'e> Exec<'e> {
             admin
                 .batch_execute("SET logical_decoding_work_mem = '64kB'")
                 .map_err(e)?;
-            admin
-                .execute("SELECT pg_stat_reset_replication_slot($1)", &[&slot])
-                .map_err(e)?;
-            wait_for("the slot's statistics reset", Duration::from_secs(10), || {
-                slot_counters(admin, &slot).is_ok_and(|v| v.iter().all(|x| *x == 0))
-            });
+            reset_slot_counters(admin, &slot)?;
             let r = admin
                 .query_one(
                     &format!(
                         "SELECT {}, undecided FROM snapbuild_decoding_cost($1::name, $2::text::pg_lsn)",
-                        COST_COUNTERS.join(", ")
+                        SLOT_COUNTERS.join(", ")
                     ),
                     &[&slot, &upto],
                 )
@@ -425,7 +373,7 @@ impl<'e> Exec<'e> {
         consumed?;
         let cost = cost.map(|c| {
             c.and_then(|(pred, why)| {
-                let server = settled_counters(admin, &slot, &pred)?;
+                let server = settled_slot_counters(admin, &slot, &pred)?;
                 Ok((pred, why, server))
             })
         });
