@@ -39,9 +39,11 @@ pub fn slot_counters(c: &mut Client, slot: &str) -> Result<Vec<i64>, String> {
 pub fn reset_slot_counters(c: &mut Client, slot: &str) -> Result<(), String> {
     c.execute("SELECT pg_stat_reset_replication_slot($1)", &[&slot])
         .map_err(|e| err_text(&e))?;
-    wait_for("the slot's statistics reset", Duration::from_secs(10), || {
-        slot_counters(c, slot).is_ok_and(|v| v.iter().all(|x| *x == 0))
-    });
+    wait_for(
+        "the slot's statistics reset",
+        Duration::from_secs(10),
+        || slot_counters(c, slot).is_ok_and(|v| v.iter().all(|x| *x == 0)),
+    );
     Ok(())
 }
 

@@ -144,7 +144,10 @@ pub fn check_decoding_cost(_: &[&Step], o: &Outcome) -> Vec<String> {
             Some(Ok((pred, why, server))) => {
                 if why.is_some() {
                     if pred.iter().any(Option::is_some) {
-                        f.push(format!("{}: undecided ({why:?}) but counters given", p.slot));
+                        f.push(format!(
+                            "{}: undecided ({why:?}) but counters given",
+                            p.slot
+                        ));
                     }
                     continue;
                 }

@@ -33,7 +33,6 @@ pub struct Prediction {
 /// The eight counters predicted (with `undecided`) and the server's.
 pub type CostPair = (Vec<Option<i64>>, Option<String>, Vec<i64>);
 
-
 /// A creation that returned: the LSN it returned and the slot right then (a peek can
 /// move restart_lsn and catalog_xmin later: LogicalIncreaseRestartDecodingForSlot and
 /// LogicalIncreaseXminForSlot confirm at once what lies before confirmed_flush).

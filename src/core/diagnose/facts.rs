@@ -9,7 +9,7 @@
 //! xl_running_xacts, pg_stat_activity, pg_prepared_xacts and pg_locks.
 
 use super::forecast::Forecast;
-use super::wal_loss::{KeepSettings, WalRate};
+use super::wal_keep::{KeepSettings, WalRate};
 use crate::include::snapbuild::SnapBuildState;
 use crate::include::standbydefs::RunningXacts;
 use crate::include::transam::TransactionId;

@@ -26,6 +26,7 @@ mod held;
 mod remedy;
 pub mod slotsync;
 mod waits;
+pub mod wal_keep;
 pub mod wal_loss;
 pub mod watch;
 pub use facts::{
