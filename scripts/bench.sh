@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Benchmark: snapbuild_trace_range over >= 1 GiB of pgbench WAL, side by side with pg_waldump
-# and pg_walinspect's pg_get_wal_records_info over the same LSN range, and over its first
-# 10% and 50% (does the trace's peak memory grow with WAL length?). Reports wall time, MiB/s
-# and peak memory; writes .work/bench/result.json. See README "Benchmark".
+# Benchmark: snapbuild_trace_range, snapbuild_backlog and snapbuild_decoding_cost over >= 1 GiB
+# of pgbench WAL, side by side with pg_waldump and pg_walinspect's pg_get_wal_records_info over
+# the same LSN range, and over its first 10%, 25% and 50% (does peak memory grow with WAL
+# length?). Reports wall time, CPU time, MiB/s and peak memory; writes .work/bench/result.json.
+# See docs/benchmarks.md.
 #
 # It uses its own copy of the PostgreSQL tree and its own throw-away cluster in .work/bench
 # (both recreated on every run; the cluster is stopped at the end) on port PGSNAP_BENCH_PORT,
@@ -13,17 +14,20 @@
 #   PGSNAP_BENCH_MAJOR     PostgreSQL tree .pg/MAJOR (default 18; pg_walinspect needs >= 15)
 #   PGSNAP_BENCH_PORT      port (default 55430)
 #   PGSNAP_BENCH_CLIENTS   pgbench clients in the TPC-B phase (default 8)
-#   PGSNAP_BENCH_PCTS      range prefixes measured, in % (default "10 50 100"; must include 100)
+#   PGSNAP_BENCH_PCTS      range prefixes measured, in % (default "10 25 50 100"; must include 100)
 #   PGSNAP_BENCH_RELEASE=1 benchmark a --release build of the work tree (cargo target dir
 #                          .work/bench/target); default: the build installed in .pg/MAJOR
 #   PGSNAP_BENCH_KEEP=1    leave the cluster running afterwards
-#   PGSNAP_BENCH_REPEAT    runs of the floor (pg_waldump --stats) and of both traces over the
-#                          whole range, interleaved (default 3); each run's trace / floor
+#   PGSNAP_BENCH_REPEAT    runs of the floor (pg_waldump --stats), of both traces and of the
+#                          four decoding replays (snapbuild_backlog; snapbuild_decoding_cost
+#                          with the server's logical_decoding_work_mem, with work_mem_kb => 64,
+#                          and with work_mem_kb => 64 and streaming => true) over the whole
+#                          range, interleaved (default 3); each run's function / floor
 #                          ratios are reported, in wall time and in CPU time, beside what
 #                          PostgreSQL itself pays for the same output in the same run
 #                          (pg_get_wal_stats: its reader in a backend; the executor's
 #                          tuplestore for the traces' own rows; pg_get_wal_records_info)
-#   PGSNAP_BENCH_BEST_OF   tries of each of the three per run, interleaved (default 3); a run's
+#   PGSNAP_BENCH_BEST_OF   tries of each per run, interleaved (default 3); a run's
 #                          figure is the least (on a shared machine noise only adds time, and
 #                          one query's CPU time varies by a third from try to try)
 #   PGSNAP_BENCH_REUSE=1   skip steps 0-2 and measure the cluster a previous run kept
@@ -33,7 +37,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WAL_MB=${PGSNAP_BENCH_WAL_MB:-1100}
 CLIENTS=${PGSNAP_BENCH_CLIENTS:-8}
-PCTS=${PGSNAP_BENCH_PCTS:-10 50 100}
+PCTS=${PGSNAP_BENCH_PCTS:-10 25 50 100}
 # What scripts/bench/common.sh takes; it sets RELEASE, KEEP, DATA, SOCK, LOG, RUNS, META,
 # BENCH_LIB and BIN, and defines the shared functions.
 MAJOR=${PGSNAP_BENCH_MAJOR:-18}
@@ -116,6 +120,7 @@ fi
 # One line per measurement in $RUNS (read by scripts/bench/report.py):
 #   id tool pct lo hi wal_bytes rows wall_s peak_rss_kib peak_anon_kib kind run cpu_s
 : >"$RUNS"
+: >"$W/decoding_cost.tsv"
 export BENCH_LIB_DIR=$BENCH_LIB BENCH_SAMPLES=$W/samples
 RUN=1
 record_run() { # ID TOOL PCT LO HI ROWS SECS PEAK_KIB ANON_KIB KIND CPU_SECS
@@ -164,6 +169,24 @@ proc_peak() {
     record_run "$id" "$tool" "$pct" "$lo" "$hi" "$rows" "$secs" "$kib" "$anon" process "$cpu"
 }
 
+# The decoding replays: what the slot's next decode reads, from its restart_lsn (the slot was
+# created just before START) through the record ending at or after HI. decoding_cost three
+# ways: the server's logical_decoding_work_mem (64 MB), 64 kB (the least allowed: the largest
+# transaction is spilled whenever the buffer holds more), and 64 kB with a streaming consumer
+# (the largest top-level transaction is streamed instead). After each prefix's timings, what
+# each variant computed over it goes to $W/decoding_cost.tsv (one untimed call each), which
+# the report prints.
+decoding_peaks() { # PCT HI
+    sql_peak "backlog_$1" "snapbuild_backlog" "$1" "$START" "$2" \
+        "snapbuild_backlog('bench_slot', '$2')"
+    sql_peak "cost_$1" "snapbuild_decoding_cost" "$1" "$START" "$2" \
+        "snapbuild_decoding_cost('bench_slot', '$2')"
+    sql_peak "cost_spill_$1" "snapbuild_decoding_cost 64 kB" "$1" "$START" "$2" \
+        "snapbuild_decoding_cost('bench_slot', '$2', work_mem_kb => 64)"
+    sql_peak "cost_stream_$1" "snapbuild_decoding_cost 64 kB streaming" "$1" "$START" "$2" \
+        "snapbuild_decoding_cost('bench_slot', '$2', work_mem_kb => 64, streaming => true)"
+}
+
 bench_idle_backend # a fresh backend that ran nothing: the baseline for the backends' figures
 
 # What PostgreSQL itself pays for the traces' output, measured in the runs below beside the
@@ -195,10 +218,18 @@ for pct in $PCTS; do
         "snapbuild_trace_range('$START', '$HI', all_records => false)"
     sql_peak "trace_all_$pct" "snapbuild_trace_range all_records" "$pct" "$START" "$HI" \
         "snapbuild_trace_range('$START', '$HI', all_records => true)"
+    decoding_peaks "$pct" "$HI"
+    # what each decoding_cost variant computed over this prefix (not timed)
+    for v in "" ", work_mem_kb => 64" ", work_mem_kb => 64, streaming => true"; do
+        q "SELECT $pct, work_mem_kb, streaming, records, wal_bytes, total_txns, total_bytes, spill_txns,
+                  spill_count, spill_bytes, stream_txns, stream_count, stream_bytes, pending_txns,
+                  peak_memory_bytes, coalesce(undecided, '')
+           FROM snapbuild_decoding_cost('bench_slot', '$HI'$v)" | tr '|' '\t' >>"$W/decoding_cost.tsv"
+    done
 done
-# The floor and both traces again over the whole range, interleaved with what PostgreSQL
+# The floor, both traces and the decoding replays again over the whole range, interleaved with what PostgreSQL
 # itself pays for the same output, so that each run's ratios compare figures taken under the
-# same load: run 1 has the tries above (floor, traces, pg_get_wal_records_info), and each run
+# same load: run 1 has the tries above (floor, traces, pg_get_wal_records_info, decoding replays), and each run
 # has BEST_OF tries of each in all.
 for RUN in $(seq 1 "$REPEAT"); do
     for try in $(seq 1 "$BEST_OF"); do
@@ -212,6 +243,7 @@ for RUN in $(seq 1 "$REPEAT"); do
                 "snapbuild_trace_range('$START', '$END', all_records => true)"
             sql_peak "walinspect_100" "pg_get_wal_records_info" 100 "$START" "$END" \
                 "pg_get_wal_records_info('$START', '$END')"
+            decoding_peaks 100 "$END"
         fi
         sql_peak "walstats_100" "pg_get_wal_stats" 100 "$START" "$END" \
             "pg_get_wal_stats('$START', '$END')"
@@ -233,4 +265,4 @@ done
     printf 'work_mem\t%s\nshared_buffers\t%s\n' "$(q "SHOW work_mem")" "$(q "SHOW shared_buffers")"
 } >"$META"
 echo
-python3 "$BENCH_LIB/report.py" "$RUNS" "$META" "$W/result.json"
+python3 "$BENCH_LIB/report.py" "$RUNS" "$META" "$W/result.json" "$W/decoding_cost.tsv"

@@ -7,10 +7,10 @@
 # them) runs in rounds of PGSNAP_BENCH_ROUND_S seconds, the two modes in the order
 # idle, watching, watching, idle, ... (so that a drift of the server's speed over the run falls
 # on both alike):
-#   idle     pg_snapbuild.log_waits_after = 0 and log_holds_after = 0: the watcher only sleeps
-#            (as without it);
-#   watching log_waits_after = 1s, log_holds_after = 1s, watch_interval =
-#            PGSNAP_BENCH_INTERVAL (default 1s).
+#   idle     pg_snapbuild.log_waits_after, log_holds_after and log_loss_within = 0: the
+#            watcher only sleeps (as without it);
+#   watching log_waits_after = 1s, log_holds_after = 1s, log_loss_within = 1h (its default),
+#            watch_interval = PGSNAP_BENCH_INTERVAL (default 1s).
 # Short rounds, because this machine's speed moves in steps of several percent every few
 # seconds whatever runs on it: the shorter the rounds, the likelier both rounds of a pair fall
 # on the same step. After each switch the script waits a second before the round starts: on
@@ -72,6 +72,7 @@ synchronous_commit = off
 shared_preload_libraries = 'pg_snapbuild'
 pg_snapbuild.log_waits_after = 0
 pg_snapbuild.log_holds_after = 0
+pg_snapbuild.log_loss_within = 0
 EOF
 q "CREATE EXTENSION pg_snapbuild" >/dev/null
 
@@ -98,9 +99,11 @@ mode() { # idle | watching
     if [ "$1" = idle ] || [ "$PLACEBO" = 1 ]; then
         q "ALTER SYSTEM SET pg_snapbuild.log_waits_after = 0" >/dev/null
         q "ALTER SYSTEM SET pg_snapbuild.log_holds_after = 0" >/dev/null
+        q "ALTER SYSTEM SET pg_snapbuild.log_loss_within = 0" >/dev/null
     else
         q "ALTER SYSTEM SET pg_snapbuild.log_waits_after = '1s'" >/dev/null
         q "ALTER SYSTEM SET pg_snapbuild.log_holds_after = '1s'" >/dev/null
+        q "ALTER SYSTEM SET pg_snapbuild.log_loss_within = '1h'" >/dev/null
         q "ALTER SYSTEM SET pg_snapbuild.watch_interval = '$INTERVAL'" >/dev/null
     fi
     q "SELECT pg_reload_conf()" >/dev/null

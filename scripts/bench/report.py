@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""report.py RUNS.tsv META.tsv OUT.json: print the benchmark table, the ratios and the
+"""report.py RUNS.tsv META.tsv OUT.json [COST.tsv]: print the benchmark table, the ratios and the
 growth of peak memory with the range, and write them all as JSON.
 
 RUNS.tsv columns (tab-separated, no header), as scripts/bench.sh writes them:
@@ -8,11 +8,16 @@ RUNS.tsv columns (tab-separated, no header), as scripts/bench.sh writes them:
 and the older ratios', and each run's trace / floor ratios are given apart).
 kind "backend": peak RSS is the backend's VmHWM; "process": the child's ru_maxrss.
 peak_anon_kib is RssAnon (private memory) sampled every 5 ms.
-META.tsv: key<TAB>value lines (numbers become JSON numbers)."""
+META.tsv: key<TAB>value lines (numbers become JSON numbers).
+COST.tsv (optional): what snapbuild_decoding_cost computed over each prefix, one line per
+call, the columns of COST_COLUMNS."""
 import json
 import sys
 
 MIB = 1024 * 1024
+COST_COLUMNS = ("range_pct", "work_mem_kb", "streaming", "records", "wal_bytes", "total_txns",
+                "total_bytes", "spill_txns", "spill_count", "spill_bytes", "stream_txns",
+                "stream_count", "stream_bytes", "pending_txns", "peak_memory_bytes", "undecided")
 
 
 def num(v):
@@ -60,9 +65,13 @@ def read_runs(path, idle_kib):
 # The ids measured in every run over the whole range (scripts/bench.sh, step 3).
 PER_RUN_IDS = ("waldump_stats_100", "trace_100", "trace_all_100", "walinspect_100", "walstats_100",
                "trace_rows_cte_100", "trace_rows_scan_100",
-               "trace_all_rows_cte_100", "trace_all_rows_scan_100")
-# The goals, trace / floor and all_records / floor (docs/benchmarks.md).
-GOALS = {"trace": 1.5, "trace_all": 4.0}
+               "trace_all_rows_cte_100", "trace_all_rows_scan_100",
+               "backlog_100", "cost_100", "cost_spill_100", "cost_stream_100")
+# The goals, function / floor in CPU time (docs/benchmarks.md).
+GOALS = {"trace": 1.5, "trace_all": 4.0,
+         "backlog": 3.0, "cost": 3.0, "cost_spill": 3.0, "cost_stream": 3.0}
+# The ids whose per-run ratio to the floor is reported.
+RATIO_IDS = ("trace_100", "trace_all_100", "backlog_100", "cost_100", "cost_spill_100", "cost_stream_100")
 
 
 def postgres_part(best):
@@ -104,9 +113,15 @@ def postgres_part(best):
 
 
 def main():
-    if len(sys.argv) != 4:
+    if len(sys.argv) not in (4, 5):
         sys.exit(__doc__)
-    runs_path, meta_path, out_path = sys.argv[1:]
+    runs_path, meta_path, out_path = sys.argv[1:4]
+    costs = []
+    if len(sys.argv) == 5:
+        with open(sys.argv[4]) as f:
+            for line in f:
+                if line.strip():
+                    costs.append(dict(zip(COST_COLUMNS, (num(v) for v in line.rstrip("\n").split("\t")))))
     meta = read_meta(meta_path)
     idle_kib = meta["idle_backend_peak_kib"]
     runs = read_runs(runs_path, idle_kib)
@@ -133,13 +148,14 @@ def main():
     per_run = []
     for (rid, run), r in sorted(best.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         f = best.get(("waldump_stats_100", run))
-        if rid in ("trace_100", "trace_all_100") and f and f["wall_s"]:
+        if rid in RATIO_IDS and f and f["wall_s"]:
             per_run.append({
                 "run": run, "id": rid, "rows": r["rows"], "tries": r["tries"],
                 "wall_s": r["wall_s"], "floor_wall_s": f["wall_s"],
                 "wall_ratio": round(r["wall_s"] / f["wall_s"], 2),
                 "cpu_s": r["cpu_s"], "floor_cpu_s": f["cpu_s"],
                 "cpu_ratio": round(r["cpu_s"] / f["cpu_s"], 2) if r["cpu_s"] and f["cpu_s"] else None,
+                "goal": GOALS[rid[:-len("_100")]],
             })
     part = postgres_part(best)
 
@@ -206,12 +222,12 @@ def main():
         print(f"  {k:22} " + "  ".join(f"{m} {x}" for m, x in v.items()))
     print()
     print("each run over the whole range, against the floor pg_waldump --stats of the same run,"
-          f" the least of each run's tries (goal: trace <= {GOALS['trace']}x,"
-          f" all_records <= {GOALS['trace_all']}x):")
+          " the least of each run's tries (goal: CPU ratio at most the goal):")
     for p in per_run:
-        print(f"  run {p['run']} {p['id']:14} ({p['tries']} tries) wall {p['wall_s']:.2f} s / "
+        met = "met" if p["cpu_ratio"] is not None and p["cpu_ratio"] <= p["goal"] else "NOT met"
+        print(f"  run {p['run']} {p['id']:16} ({p['tries']} tries) wall {p['wall_s']:.2f} s / "
               f"{p['floor_wall_s']:.2f} s = {p['wall_ratio']}x   CPU {p['cpu_s']} s / "
-              f"{p['floor_cpu_s']} s = {p['cpu_ratio']}x")
+              f"{p['floor_cpu_s']} s = {p['cpu_ratio']}x  (goal {p['goal']}x: {met})")
     print()
     print("each run over the whole range, CPU s as a multiple of the floor: PostgreSQL's part (its reader in")
     print("a backend, pg_get_wal_stats; the tuplestore every row of a function in FROM goes through,")
@@ -231,9 +247,17 @@ def main():
         print(f"  {k:40} WAL x{v['wal_bytes_ratio']}: peak RSS {v['peak_rss_delta_mib']:+.1f} MiB, "
               f"peak anon {v['peak_anon_delta_mib']:+.1f} MiB (x{v['peak_anon_ratio']})")
 
+    if costs:
+        print()
+        print("what snapbuild_decoding_cost computed over each prefix (one untimed call each):")
+        keys = [k for k in COST_COLUMNS if k not in ("wal_bytes", "undecided")]
+        print("  " + " ".join(f"{k:>17}" for k in keys) + "  undecided")
+        for c in costs:
+            print("  " + " ".join(f"{str(c.get(k, '')):>17}" for k in keys) + f"  {c.get('undecided', '')}")
+
     with open(out_path, "w") as f:
         json.dump({"meta": meta, "runs": runs, "ratios": ratios, "floor_ratios": per_run,
-                   "postgres_part": part, "growth": growth}, f, indent=2)
+                   "postgres_part": part, "growth": growth, "decoding_cost": costs}, f, indent=2)
         f.write("\n")
     print(f"\nJSON: {out_path}")
 
