@@ -64,7 +64,7 @@ fn snapbuild_backlog(
         name!(xid, Xid),
         name!(first_lsn, PgLsn),
         name!(end_lsn, Option<PgLsn>),
-        name!(outcome, String),
+        name!(outcome, &'static str),
         name!(pid, Option<i32>),
         name!(gid, Option<String>),
         name!(database, Option<pg_sys::Oid>),
@@ -79,7 +79,7 @@ fn snapbuild_backlog(
         name!(wal_bytes, i64),
         name!(queued_bytes, i64),
         name!(total_bytes, i64),
-        name!(decoder, String),
+        name!(decoder, &'static str),
         name!(spill_count, i64),
         name!(spill_bytes, i64),
         name!(spilled, bool),
@@ -97,57 +97,54 @@ fn snapbuild_backlog(
         .map(|a| a.xid)
         .collect();
     let holders = crate::adapter::activity::holders(&open);
-    let rows: Vec<_> = run
-        .accounts
-        .into_iter()
-        .map(|a| {
-            let holder = holders.iter().find(|h| h.xid == a.xid);
-            let (pid, gid) = match holder.map(|h| &h.kind) {
-                Some(HolderKind::Backend(b)) => (Some(b.pid), None),
-                Some(HolderKind::Prepared(p)) => (None, Some(p.gid.clone())),
-                None => (None, None),
-            };
-            let outcome = match a.outcome {
-                TxnOutcome::Sent
-                | TxnOutcome::SkippedBeforeStart
-                | TxnOutcome::SkippedOtherDatabase
-                | TxnOutcome::NoChanges
-                | TxnOutcome::FinishedPrepared => "committed",
-                TxnOutcome::Aborted => "aborted",
-                TxnOutcome::ForgottenAsOld => "ended without a record",
-                TxnOutcome::Prepared => "prepared",
-                TxnOutcome::InProgress if gid.is_some() => "prepared",
-                TxnOutcome::InProgress => "in progress",
-            };
-            let c = |k: usize| a.changes[k] as i64;
-            (
-                Xid(a.xid),
-                PgLsn(a.first_lsn.0),
-                a.end_lsn.map(|l| PgLsn(l.0)),
-                outcome.to_owned(),
-                pid,
-                gid,
-                (a.database != 0).then(|| pg_sys::Oid::from(a.database)),
-                a.subxacts as i32,
-                c(0),
-                c(1),
-                c(2),
-                c(3),
-                c(4),
-                c(5),
-                c(6),
-                a.wal_bytes as i64,
-                a.queued_bytes as i64,
-                a.total_bytes as i64,
-                a.outcome.label().to_owned(),
-                a.spill_count as i64,
-                a.spill_bytes as i64,
-                a.spilled,
-                a.stream_count as i64,
-                a.stream_bytes as i64,
-            )
-        })
-        .collect();
+    // rows made as they are asked for, from the accounts (no second copy)
+    let rows = run.accounts.into_iter().map(move |a| {
+        let holder = holders.iter().find(|h| h.xid == a.xid);
+        let (pid, gid) = match holder.map(|h| &h.kind) {
+            Some(HolderKind::Backend(b)) => (Some(b.pid), None),
+            Some(HolderKind::Prepared(p)) => (None, Some(p.gid.clone())),
+            None => (None, None),
+        };
+        let outcome = match a.outcome {
+            TxnOutcome::Sent
+            | TxnOutcome::SkippedBeforeStart
+            | TxnOutcome::SkippedOtherDatabase
+            | TxnOutcome::NoChanges
+            | TxnOutcome::FinishedPrepared => "committed",
+            TxnOutcome::Aborted => "aborted",
+            TxnOutcome::ForgottenAsOld => "ended without a record",
+            TxnOutcome::Prepared => "prepared",
+            TxnOutcome::InProgress if gid.is_some() => "prepared",
+            TxnOutcome::InProgress => "in progress",
+        };
+        let c = |k: usize| a.changes[k] as i64;
+        (
+            Xid(a.xid),
+            PgLsn(a.first_lsn.0),
+            a.end_lsn.map(|l| PgLsn(l.0)),
+            outcome,
+            pid,
+            gid,
+            (a.database != 0).then(|| pg_sys::Oid::from(a.database)),
+            a.subxacts as i32,
+            c(0),
+            c(1),
+            c(2),
+            c(3),
+            c(4),
+            c(5),
+            c(6),
+            a.wal_bytes as i64,
+            a.queued_bytes as i64,
+            a.total_bytes as i64,
+            a.outcome.label(),
+            a.spill_count as i64,
+            a.spill_bytes as i64,
+            a.spilled,
+            a.stream_count as i64,
+            a.stream_bytes as i64,
+        )
+    });
     TableIterator::new(rows)
 }
 

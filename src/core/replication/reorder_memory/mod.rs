@@ -83,9 +83,10 @@ struct MemTxn {
     size: u64,
     /// `total_size` (top-level): bytes in memory of it and its subtransactions.
     total_size: u64,
-    /// Its changes, in order; those before `in_memory_from` are on disk.
+    /// Its changes in memory, in order (`txn->changes`).
     changes: Vec<Change>,
-    in_memory_from: usize,
+    /// Its changes spilled to disk, in order, kept as the replay will read them back.
+    spilled: process::Spilled,
     serialized: bool,
     serialized_clear: bool,
     streamed: bool,
@@ -108,6 +109,13 @@ struct MemTxn {
     toast_waiting: rustc_hash::FxHashSet<u32>,
     /// The account of a top-level transaction.
     account: Option<Box<TxnAccount>>,
+}
+
+impl MemTxn {
+    /// `nentries`: its changes, in memory and on disk.
+    fn nentries(&self) -> usize {
+        self.changes.len() + self.spilled.count
+    }
 }
 
 /// reorderbuffer.c's memory accounting over the transactions in progress.
@@ -265,25 +273,35 @@ impl ReorderMemory {
         change: Change,
         toast_insert: bool,
     ) {
-        self.txn(xid, lsn);
-        let top = self.top_of(xid);
-        if self.txns[&xid].aborted {
+        let size = change.size;
+        let t = self.txn(xid, lsn);
+        if t.aborted {
             return;
         }
+        t.changes.push(change);
+        t.size += size;
+        // the top-level transaction's counters: this one's, or its parent's
+        let top = match t.top {
+            None => t,
+            Some(top) => self.txns.get_mut(&top).expect("a parent is known"),
+        };
+        top.total_size += size;
         if change.action.streamable() {
-            self.txns.get_mut(&top).expect("known").has_streamable = true;
+            top.has_streamable = true;
         }
-        {
-            let t = self.txns.get_mut(&xid).expect("known");
-            t.changes.push(change);
-        }
-        if let Some(a) = self.txns.get_mut(&top).and_then(|t| t.account.as_mut()) {
+        if let Some(a) = top.account.as_mut() {
             a.changes[change.action.kind() as usize] += 1;
-            a.queued_bytes += change.size;
+            a.queued_bytes += size;
         }
-        self.memory_update(xid, change.size as i64);
-        self.process_partial_change(xid, &change, toast_insert);
-        self.check_memory_limit();
+        // ReorderBufferChangeMemoryUpdate's part in the reorder buffer
+        self.size += size;
+        self.peak = self.peak.max(self.size);
+        if self.rules.streaming {
+            self.process_partial_change(xid, &change, toast_insert);
+        }
+        if self.rules.immediate || self.size >= self.limit() {
+            self.check_memory_limit();
+        }
     }
 
     /// What ReorderBufferToastReplace will add to the size of change `rc` of record `rec`
@@ -520,9 +538,9 @@ impl ReorderMemory {
         self.memory_update(xid, -(size as i64));
         let is_top = self.txns[&xid].top.is_none();
         let t = self.txns.get_mut(&xid).expect("known");
-        let had = t.changes.len() > t.in_memory_from;
+        let had = !t.changes.is_empty();
         t.changes.clear();
-        t.in_memory_from = 0;
+        t.spilled = process::Spilled::default();
         if t.serialized {
             t.serialized = false;
             t.serialized_clear = true;
@@ -545,8 +563,8 @@ impl ReorderMemory {
         }
         let top = self.top_of(xid);
         let t = self.txns.get_mut(&xid).expect("known");
-        let spilled = t.changes.len() - t.in_memory_from;
-        t.in_memory_from = t.changes.len();
+        let spilled = t.changes.len();
+        t.spilled.append(std::mem::take(&mut t.changes));
         let first_time = !(t.serialized || t.serialized_clear);
         t.serialized = true;
         self.memory_update(xid, -(size as i64));
@@ -574,7 +592,7 @@ impl ReorderMemory {
         let t = self.txns.get(&xid)?;
         std::iter::once(xid)
             .chain(t.subs.iter().copied())
-            .filter(|x| self.txns.get(x).is_some_and(|t| !t.changes.is_empty()))
+            .filter(|x| self.txns.get(x).is_some_and(|t| t.nentries() > 0))
             .find(|x| status(*x) == XidStatus::Aborted)
     }
 
@@ -787,9 +805,12 @@ impl ReorderMemory {
         if !transam::is_valid(xid) {
             return;
         }
-        self.txn(xid, lsn);
-        let top = self.top_of(xid);
-        if let Some(a) = self.txns.get_mut(&top).and_then(|t| t.account.as_mut()) {
+        let t = self.txn(xid, lsn);
+        let top = match t.top {
+            None => t,
+            Some(top) => self.txns.get_mut(&top).expect("a parent is known"),
+        };
+        if let Some(a) = top.account.as_mut() {
             a.wal_bytes += bytes;
         }
     }

@@ -28,19 +28,19 @@ impl ReorderMemory {
         // holds (the top-level one with its subtransactions) before being read back.
         let subs = self.txns[&top].subs.clone();
         let t = &self.txns[&top];
-        if !t.changes.is_empty() && t.serialized {
+        if t.nentries() > 0 && t.serialized {
             self.serialize_txn(top);
         }
         for s in &subs {
             let t = &self.txns[s];
-            if !t.changes.is_empty() && t.serialized {
+            if t.nentries() > 0 && t.serialized {
                 self.serialize_txn(*s);
             }
         }
         let mut added = 0u64;
         let mut aside = Aside::default();
         for x in std::iter::once(top).chain(subs.iter().copied()) {
-            if self.txns[&x].changes.is_empty() {
+            if self.txns[&x].nentries() == 0 {
                 continue;
             }
             added += self.replay_changes(x, &mut aside);
@@ -63,52 +63,72 @@ impl ReorderMemory {
 
     /// Walks the changes of (sub)transaction `x` as ReorderBufferIterTXNNext hands them
     /// out, applying what the replay of each does to the accounting; returns what the
-    /// restores added to `total_bytes`.
+    /// returns to disk added to `total_bytes`.
     fn replay_changes(&mut self, x: TransactionId, aside: &mut Aside) -> u64 {
         let t = self.txns.get_mut(&x).expect("known");
-        let changes = std::mem::take(&mut t.changes);
         let serialized = t.serialized;
-        let n = changes.len();
-        let mut added = 0u64;
-        let chunks: Vec<&[Change]> = if serialized {
-            changes.chunks(MAX_CHANGES_IN_MEMORY).collect()
+        let in_memory = std::mem::take(&mut t.changes);
+        let spilled = std::mem::take(&mut t.spilled);
+        let n = in_memory.len() + spilled.count;
+        let chunks: Vec<Chunk> = if serialized {
+            spilled.chunks()
         } else {
-            vec![&changes[..]]
+            vec![Chunk::of(&in_memory)]
         };
-        let sum = |c: &[Change]| c.iter().map(|c| c.size).sum::<u64>();
+        let mut added = 0u64;
         if serialized {
             // read back: the first chunk
-            self.memory_update(x, sum(chunks[0]) as i64);
+            self.memory_update(x, chunks[0].sum as i64);
         }
         for (ci, chunk) in chunks.iter().enumerate() {
-            // each change's size as the transaction counts it now (a rebuilt TOAST row
-            // grows), and whether it is still on the transaction's list
-            let mut size_now: Vec<i64> = chunk.iter().map(|c| c.size as i64).collect();
-            let mut linked = vec![true; chunk.len()];
-            for (i, c) in chunk.iter().enumerate() {
-                let back_to_disk = serialized && i + 1 == chunk.len() && n != chunk.len();
-                if back_to_disk {
-                    let size = self.txns[&x].size;
-                    self.stats.total_bytes += size;
-                    added += size;
-                    // the chunk is let go of, all but the change handed out now
-                    let freed: i64 = (0..i).filter(|j| linked[*j]).map(|j| size_now[j]).sum();
-                    self.memory_update(x, -freed);
-                    if let Some(next) = chunks.get(ci + 1) {
-                        self.memory_update(x, sum(next) as i64);
+            let back_to_disk = serialized && n != chunk.n;
+            // what is aside (unlinked) and how much the rows grew, before the last change
+            let (mut kept, mut grown) = (0u64, 0i64);
+            let last = chunk.n - 1;
+            let mut last_seen = false;
+            for (i, c) in chunk.items() {
+                if i == last {
+                    last_seen = true;
+                    if back_to_disk {
+                        added += self.back_to_disk(x, chunk, kept, grown, c, chunks.get(ci + 1));
                     }
                 }
-                let (kept, grown) = self.apply_change(x, c, aside);
-                size_now[i] += grown;
-                if kept {
-                    linked[i] = false;
-                } else if back_to_disk {
-                    // freed at the next ReorderBufferIterTXNNext call
-                    self.memory_update(x, -size_now[i]);
+                let (k, g) = self.apply_change(x, c, aside);
+                if k {
+                    kept += c.size;
+                } else {
+                    grown += g;
+                    if i == last && back_to_disk {
+                        // freed at the next ReorderBufferIterTXNNext call
+                        self.memory_update(x, -(c.size as i64 + g));
+                    }
                 }
             }
+            debug_assert!(last_seen);
         }
         added
+    }
+
+    /// ReorderBufferIterTXNNext handing out `last`, the last change read back of `chunk`,
+    /// with more on disk: the (sub)transaction's size goes to `total_bytes`, the chunk is
+    /// let go of (all but `last` and what is aside), and the next one is read back.
+    fn back_to_disk(
+        &mut self,
+        x: TransactionId,
+        chunk: &Chunk,
+        kept: u64,
+        grown: i64,
+        last: &Change,
+        next: Option<&Chunk>,
+    ) -> u64 {
+        let size = self.txns[&x].size;
+        self.stats.total_bytes += size;
+        let freed = chunk.sum as i64 - kept as i64 - last.size as i64 + grown;
+        self.memory_update(x, -freed);
+        if let Some(next) = next {
+            self.memory_update(x, next.sum as i64);
+        }
+        size
     }
 
     /// One change as ReorderBufferProcessTXN replays it: whether the change is kept aside
@@ -170,6 +190,121 @@ impl ReorderMemory {
     fn let_go_of_spec(&mut self, aside: &mut Aside) {
         if let Some((sx, spec)) = aside.spec.take() {
             self.memory_update(sx, -(spec.size as i64));
+        }
+    }
+}
+
+/// A (sub)transaction's changes spilled to disk, as the replay will read them back
+/// [`MAX_CHANGES_IN_MEMORY`] at a time: the full chunks kept as their size and the changes
+/// whose replay does something besides being read (TOAST chunks, speculative inserts and
+/// what ends them, rows rebuilt or reset after them), the last chunk whole. Memory stays
+/// with the few changes that matter, not with how many were spilled.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Spilled {
+    pub(super) count: usize,
+    full: Vec<ChunkSummary>,
+    tail: Vec<Change>,
+    /// Whether a TOAST chunk or a speculative insert waits for a later change (so that
+    /// change matters).
+    waiting: bool,
+}
+
+#[derive(Clone, Debug)]
+struct ChunkSummary {
+    sum: u64,
+    /// (index in the chunk, change), in order; always holds the last change.
+    kept: Vec<(usize, Change)>,
+}
+
+impl Spilled {
+    /// Appends changes spilled now (ReorderBufferSerializeTXN), in order.
+    pub(super) fn append(&mut self, changes: Vec<Change>) {
+        self.count += changes.len();
+        for c in changes {
+            self.tail.push(c);
+            if self.tail.len() == MAX_CHANGES_IN_MEMORY {
+                let tail = std::mem::take(&mut self.tail);
+                let sum = tail.iter().map(|c| c.size).sum();
+                let mut kept = Vec::new();
+                for (i, c) in tail.into_iter().enumerate() {
+                    let matters = self.matters(&c);
+                    if matters || i + 1 == MAX_CHANGES_IN_MEMORY {
+                        kept.push((i, c));
+                    }
+                }
+                self.full.push(ChunkSummary { sum, kept });
+            }
+        }
+    }
+
+    /// Whether replaying `c` does anything to the accounting besides reading it (see
+    /// `apply_change`), given what came before it.
+    fn matters(&mut self, c: &Change) -> bool {
+        let own = c.toast_chunk
+            || c.toast_growth != 0
+            || matches!(
+                c.action,
+                ChangeAction::SpecInsert | ChangeAction::SpecConfirm | ChangeAction::SpecAbort
+            );
+        let m = own || self.waiting;
+        if c.toast_chunk || c.action == ChangeAction::SpecInsert {
+            self.waiting = true;
+        } else if matches!(
+            c.action,
+            ChangeAction::Insert | ChangeAction::Update | ChangeAction::Delete
+        ) && c.clear_toast
+        {
+            self.waiting = false;
+        }
+        m
+    }
+
+    /// The chunks the replay reads back, in order.
+    fn chunks(&self) -> Vec<Chunk<'_>> {
+        let mut v: Vec<Chunk> = self
+            .full
+            .iter()
+            .map(|f| Chunk {
+                n: MAX_CHANGES_IN_MEMORY,
+                sum: f.sum,
+                items: Items::Kept(&f.kept),
+            })
+            .collect();
+        if !self.tail.is_empty() {
+            v.push(Chunk::of(&self.tail));
+        }
+        v
+    }
+}
+
+/// One chunk as the replay reads it: how many changes, their size, and the changes
+/// whose replay matters (all of them for a chunk kept whole).
+struct Chunk<'a> {
+    n: usize,
+    sum: u64,
+    items: Items<'a>,
+}
+
+enum Items<'a> {
+    All(&'a [Change]),
+    Kept(&'a [(usize, Change)]),
+}
+
+impl<'a> Chunk<'a> {
+    fn of(changes: &'a [Change]) -> Self {
+        Chunk {
+            n: changes.len(),
+            sum: changes.iter().map(|c| c.size).sum(),
+            items: Items::All(changes),
+        }
+    }
+
+    /// (index, change) of the changes to replay, in order; the last change is always
+    /// among them.
+    fn items(&self) -> Box<dyn Iterator<Item = (usize, &'a Change)> + 'a> {
+        match self.items {
+            Items::All(a) => Box::new(a.iter().enumerate()),
+            Items::Kept(k) => Box::new(k.iter().map(|(i, c)| (*i, c))),
         }
     }
 }
