@@ -9,7 +9,7 @@
 # unpacks them into .pg/MAJOR.MINOR; about 2 min each), with the random workload's seeds from
 # PGSNAP_MINOR_SEEDS (default: PGSNAP_SEEDS, else 1,2,3). Test stages have time limits (below) so a
 # hung test cannot eat a CI budget: setup from nothing ~25 min (cargo-pgrx ~10, release builds ~3.5 min
-# for the first major + ~1 min per further one) + at most 5 x (6 + 2 + 6) min.
+# for the first major + ~1 min per further one) + at most 5 x (6 + 2 + 8) min.
 # Disk: about 9 GB at the peak (builds ~7 GB; each major's cluster is removed once its tests passed,
 # the soak's too); the run says how much is free first and fails early below PGSNAP_MIN_FREE_GB (8).
 set -uo pipefail
@@ -18,7 +18,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 W=$ROOT/.work
 MAJORS=${PGSNAP_MAJORS:-18 17 16 15 14}
 export PGSNAP_MAJORS=$MAJORS
-LIMIT=360 REGRESS_LIMIT=120   # seconds
+LIMIT=360 REGRESS_LIMIT=120 MULTI_LIMIT=480   # seconds
 cd "$ROOT" || exit 1
 [ -d "$HOME/.cargo/bin" ] && PATH=$HOME/.cargo/bin:$PATH
 T0=$SECONDS
@@ -118,7 +118,7 @@ disk_space() ( # enough free disk under the work tree for the builds and the clu
 
 multi_session() ( # MAJOR: pgrx-tests/ (pg_snapbuild_tests) with the cluster's environment
     eval "$("$ROOT/scripts/cluster.sh" env "$1")"
-    timeout -k 30 "$LIMIT" cargo test -p pg_snapbuild_tests --no-fail-fast -- --test-threads=1 --nocapture
+    timeout -k 30 "$MULTI_LIMIT" cargo test -p pg_snapbuild_tests --no-fail-fast -- --test-threads=1 --nocapture
 )
 
 stage "disk: free space under the work tree" disk_space || exit
