@@ -65,6 +65,9 @@ ALLOWED = {
     "snapbuild_slot_prediction": F_COMMON,
     "snapbuild_slot_prediction by_advance": F_COMMON,
     "snapbuild_diagnose": F_COMMON,
+    "snapbuild_decoding_cost": F_COMMON,
+    "snapbuild_decoding_cost_streaming": F_COMMON,
+    "snapbuild_backlog": F_COMMON,
     "snapbuild_slot_health": {"58P01": F_COMMON["58P01"]},
     "snapbuild_historic_snapshot": F_SNAPSHOT,
     "snapbuild_visibility": F_SNAPSHOT,
@@ -192,6 +195,11 @@ FUNCTIONS = {
     "snapbuild_slot_prediction by_advance": (
         SLOTS, lambda s: f"SELECT count(*) FROM snapbuild_slot_prediction({lit(s)}, by_advance => true);"),
     "snapbuild_diagnose": (SLOTS, lambda s: f"SELECT count(*) FROM snapbuild_diagnose({lit(s)});"),
+    "snapbuild_decoding_cost": (
+        SLOTS, lambda s: f"SELECT count(*) FROM snapbuild_decoding_cost({lit(s)}, work_mem_kb => 64);"),
+    "snapbuild_decoding_cost_streaming": (
+        SLOTS, lambda s: f"SELECT count(*) FROM snapbuild_decoding_cost({lit(s)}, work_mem_kb => 64, streaming => true);"),
+    "snapbuild_backlog": (SLOTS, lambda s: f"SELECT count(*) FROM snapbuild_backlog({lit(s)});"),
     "snapbuild_slot_health": (
         None, lambda _: "SELECT count(*) FROM snapbuild_slot_health(); SELECT count(*) FROM snapbuild_slot_health;"),
     "snapbuild_historic_snapshot": (SLOTS, lambda s: f"SELECT count(*) FROM snapbuild_historic_snapshot({lit(s)});"),
