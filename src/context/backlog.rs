@@ -151,10 +151,24 @@ pub fn run(
             }
         }
     };
-    while ctx.next_row_or_raise(None).is_some() {
+    // As pg_logical_slot_get_changes: through the first record ending at or after upto,
+    // or after the flush position seen at the start. Records are read in batches up to
+    // there, then the one that crosses it alone.
+    let target = upto.map_or(end_of_wal, |u| u.min(end_of_wal));
+    ctx.read_heads_in_batches();
+    while ctx.next_row_or_raise(Some(target)).is_some() {
         take(&mut ctx, &mut accounts);
-        if upto.is_some_and(|u| u <= ctx.last_end) || ctx.last_end >= end_of_wal {
+        if ctx.last_end >= target {
             break;
+        }
+    }
+    if ctx.records == 0 || ctx.last_end < target {
+        ctx.stop_batches();
+        while ctx.next_row_or_raise(None).is_some() {
+            take(&mut ctx, &mut accounts);
+            if ctx.last_end >= target {
+                break;
+            }
         }
     }
     take(&mut ctx, &mut accounts);

@@ -2,7 +2,8 @@
 
 use pgrx::prelude::*;
 use snapbuild_core::include::snapbuild::BuiltSnapshot;
-use snapbuild_core::replication::decode::ReplayError;
+use snapbuild_core::replication::decode::{Payload, RecordHead, ReplayError};
+use snapbuild_core::replication::reorder_memory::ChangeRecord;
 use snapbuild_core::replication::reorder_memory::{MemoryRules, ReorderMemory};
 use snapbuild_core::replication::slot_invalidation::{
     detail, determine_cause, Cause, Conflict, Judgement, SlotFacts,
@@ -117,10 +118,40 @@ pub(crate) fn feed_head(
     last_record: &mut Option<Lsn>,
     h: &LeanHead,
 ) {
+    if let Some(m) = replay.builder.reorder.memory.as_mut() {
+        // the memory accounting counts every record's bytes to its transaction
+        m.count_record(h.xid, Lsn(h.lsn), h.end_lsn.saturating_sub(h.lsn));
+    }
     #[cfg(not(feature = "ablation-no-lean-feed"))]
     replay.feed_head_only(h.kind, h.rmid, h.xid, Lsn(h.lsn));
     #[cfg(feature = "ablation-no-lean-feed")]
     let _ = (replay, std::hint::black_box(h.xid));
+    *records += 1;
+    *last_end = Lsn(h.end_lsn);
+    *last_record = Some(Lsn(h.lsn));
+}
+
+/// [`feed_head`] for a heap change read with its body (the memory accounting's reads):
+/// the replay queues its changes.
+pub(crate) fn feed_change(
+    replay: &mut Replay,
+    records: &mut u64,
+    last_end: &mut Lsn,
+    last_record: &mut Option<Lsn>,
+    h: &LeanHead,
+    rec: ChangeRecord,
+) {
+    let head = RecordHead {
+        lsn: Lsn(h.lsn),
+        end_lsn: Lsn(h.end_lsn),
+        xid: h.xid,
+        top_xid: 0,
+        rmid: h.rmid,
+        kind: h.kind,
+        name: None,
+    };
+    // a change restores no `.snap` file and raises nothing
+    let _ = replay.feed_lean(&head, &Payload::Change(rec), &mut |_| Ok(None));
     *records += 1;
     *last_end = Lsn(h.end_lsn);
     *last_record = Some(Lsn(h.lsn));
@@ -395,8 +426,11 @@ impl DecodingContext {
         let last_record = &mut self.last_record;
         unsafe {
             pgrx::PgMemoryContexts::For(self.mcx).switch_to(|_| {
-                reader.read_batch_feeding(|h| {
-                    feed_head(replay, records, last_end, last_record, h);
+                reader.read_batch_feeding(|h, change| {
+                    match change {
+                        Some(rec) => feed_change(replay, records, last_end, last_record, h, rec),
+                        None => feed_head(replay, records, last_end, last_record, h),
+                    }
                     true
                 })
             });
@@ -410,6 +444,15 @@ impl DecodingContext {
         self.replay.builder.reorder.memory = Some(Box::new(ReorderMemory::new(rules)));
         if let Some(r) = self.reader.as_mut() {
             r.with_changes = true;
+        }
+    }
+
+    /// Goes back to reading one record at a time (after [`DecodingContext::read_heads_in_batches`]):
+    /// the next call feeds exactly the next record.
+    pub fn stop_batches(&mut self) {
+        self.batch_heads = false;
+        if let Some(r) = self.reader.as_mut() {
+            r.batch_heads = false;
         }
     }
 

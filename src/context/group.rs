@@ -394,7 +394,7 @@ impl ReplayGroup {
                 pgrx::check_for_interrupts!();
                 unsafe {
                     pgrx::PgMemoryContexts::For(mcx).switch_to(|_| {
-                        reader.read_batch_feeding(|h| {
+                        reader.read_batch_feeding(|h, _| {
                             n += 1;
                             feed_head_to_all(members, fed, h);
                             // A pause every 4096 records, for the pace.

@@ -193,22 +193,28 @@ impl WalReader {
     /// page reader or by ProcessInterrupts) may leave it by longjmp to the guard, which
     /// re-raises it as pgrx does for a single call.
     fn read_batch(&mut self) {
-        self.read_batch_with(|_| Consume::Keep);
+        self.read_batch_with(|_, _| Consume::Keep);
     }
 
     /// [`WalReader::read_batch`] that hands each lean record ending at or before
     /// `batch_bound` to `feed` as soon as it is read (nothing is kept of it) and goes on
     /// reading, so that the batch ends only at a record that needs more than its head,
     /// the end of WAL, an error, or the first record past the bound (kept in `lean`).
+    /// With `with_changes`, a heap change is handed over with its parsed body (one past the
+    /// bound, or one whose body is malformed, ends the batch as the reader's current
+    /// record instead, for [`WalReader::next_record`] to read whole).
     /// For a caller with nothing to do between such records (the traces' record loop,
     /// [`WalReader::feeding_is_due`] first), or with something to do now and then: `feed`
     /// returns false to end the batch after the record it was given (taken). `feed` runs
     /// inside the guard: it must not raise an ERROR (no PostgreSQL calls); a panic in it
     /// is caught there and resumed once the guard is left.
-    pub fn read_batch_feeding(&mut self, mut feed: impl FnMut(&LeanHead) -> bool) {
+    pub fn read_batch_feeding(
+        &mut self,
+        mut feed: impl FnMut(&LeanHead, Option<ChangeRecord>) -> bool,
+    ) {
         let mut panic = None;
-        self.read_batch_with(|head| {
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed(head))) {
+        self.read_batch_with(|head, change| {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed(head, change))) {
                 Ok(true) => Consume::Taken,
                 Ok(false) => Consume::Stop,
                 Err(p) => {
@@ -224,22 +230,26 @@ impl WalReader {
     }
 
     /// Whether [`WalReader::read_batch_feeding`] may run now: batches are asked for, no
-    /// record is held or read ahead, and no record needs more than its head (names,
-    /// conflicts).
+    /// record is held or read ahead, and no record needs more than its head and body
+    /// (names, conflicts).
     pub fn feeding_is_due(&self) -> bool {
         self.batch_heads
             && !self.with_names
             && !self.with_conflicts
-            && !self.with_changes
             && self.lean_at >= self.lean.len()
             && matches!(self.held, Held::Nothing)
     }
 
     /// The batch loop: `consume` says what becomes of each lean record ending at or before
-    /// the bound (records past it are kept in `lean`).
-    fn read_batch_with(&mut self, mut consume: impl FnMut(&LeanHead) -> Consume) {
+    /// the bound (records past it are kept in `lean`; with `with_changes` a heap change is
+    /// given with its body, and never kept: it ends the batch as the current record).
+    fn read_batch_with(
+        &mut self,
+        mut consume: impl FnMut(&LeanHead, Option<ChangeRecord>) -> Consume,
+    ) {
         let reader = self.reader;
         let bound = self.batch_bound.0;
+        let with_changes = self.with_changes;
         let lean = &mut self.lean;
         lean.clear();
         self.lean_at = 0;
@@ -266,8 +276,36 @@ impl WalReader {
                     rmid: cur.rmid,
                     kind,
                 };
+                if with_changes && kind == RecordKind::Change {
+                    if head.end_lsn > bound {
+                        break Held::Record;
+                    }
+                    let data: &[u8] = if cur.main_data.is_null() || cur.main_data_len == 0 {
+                        &[]
+                    } else {
+                        std::slice::from_raw_parts(
+                            cur.main_data as *const u8,
+                            cur.main_data_len as usize,
+                        )
+                    };
+                    let (block, [spc, db, rel]) = compat::block0(reader);
+                    let Ok(change) =
+                        ChangeRecord::parse(cur.rmid, cur.info, data, block, db, rel, spc)
+                    else {
+                        break Held::Record;
+                    };
+                    let change = change.map(|mut c| {
+                        c.origin = cur.origin;
+                        c
+                    });
+                    match consume(&head, change) {
+                        Consume::Taken => continue,
+                        Consume::Stop => break Held::Nothing,
+                        Consume::Keep => break Held::Record,
+                    }
+                }
                 if head.end_lsn <= bound {
-                    match consume(&head) {
+                    match consume(&head, None) {
                         Consume::Taken => continue,
                         Consume::Stop => break Held::Nothing,
                         Consume::Keep => {}
@@ -312,7 +350,7 @@ impl WalReader {
                 Held::Null(errormsg) => return unsafe { self.at_null(errormsg) },
                 Held::Nothing => {}
             }
-            if self.with_names || self.with_conflicts || self.with_changes || !self.batch_heads {
+            if self.with_names || self.with_conflicts || !self.batch_heads {
                 let mut errormsg: *mut std::ffi::c_char = std::ptr::null_mut();
                 unsafe {
                     if pg_sys::XLogReadRecord(self.reader, &mut errormsg).is_null() {
