@@ -64,6 +64,7 @@ EOF
 shared_preload_libraries = 'pg_snapbuild'
 pg_snapbuild.log_waits_after = 0
 pg_snapbuild.log_holds_after = 0
+pg_snapbuild.log_loss_within = 0
 EOF
     fi
     # The server's modules that link libpq (dblink, postgres_fdw, the walreceiver) must

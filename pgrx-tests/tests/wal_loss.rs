@@ -302,7 +302,12 @@ fn w2_the_predicted_time_at_a_steady_rate() {
     let _settings = Settings::set(
         &env,
         &mut c,
-        &[("max_slot_wal_keep_size", "32MB"), ("wal_keep_size", "0")],
+        &[
+            ("max_slot_wal_keep_size", "32MB"),
+            ("wal_keep_size", "0"),
+            // the test clusters keep the watcher idle (scripts/cluster.sh)
+            ("pg_snapbuild.log_loss_within", "1h"),
+        ],
     );
     let offset = server_log_offset(&env);
     create_slot(&env, slot);

@@ -7,7 +7,7 @@
 //! result is the eight counters `pg_stat_replication_slots` shows ([`DecodingStats`]) and,
 //! per top-level transaction, what the decoder did with it ([`TxnAccount`]).
 //!
-//! [`ReorderMemory`] is fed by the replay ([`crate::replication::reorderbuffer::ReorderModel`]
+//! [`ReorderMemory`] is fed by the replay (the reorder-buffer model of reorderbuffer.rs
 //! forwards the reorder-buffer calls decode.c and snapbuild.c make) and keeps only the
 //! transactions in progress: an ended one leaves its [`TxnAccount`] in
 //! [`ReorderMemory::ended`] for the caller to take.
