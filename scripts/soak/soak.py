@@ -59,7 +59,9 @@ ALLOWED = {
     "snapbuild_historic_snapshot_from_file": {"58P01": F_COMMON["58P01"], "55000": F_SNAPSHOT["55000"]},
     "snapbuild_trace": F_COMMON,
     "snapbuild_trace all_records": F_COMMON,
-    "snapbuild_trace_range": {"58P01": F_COMMON["58P01"]},
+    "snapbuild_trace_range": {"58P01": F_COMMON["58P01"],
+                              "22023": "invalid_parameter_value: the restart_lsn of a slot being created "
+                                       "is the insert position, which may not be flushed yet"},
     "snapbuild_trace_json": dict(F_COMMON, **{
         "54000": "program_limit_exceeded: a trace longer than 64 MiB of JSON"}),
     "snapbuild_slot_prediction": F_COMMON,
