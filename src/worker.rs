@@ -311,8 +311,10 @@ fn in_transaction<R>(snapshot: bool, f: impl FnOnce() -> R) -> R {
 /// for (look number `n`).
 fn look(watch: &mut Watch, s: &WatchSettings, n: u64) {
     let t0 = std::time::Instant::now();
+    // Each step's text is shown before its transaction starts, so that the text of the
+    // step before never stands beside this one's snapshot in pg_stat_activity.
+    set_activity(c"reading the logical slots' facts");
     let mut j = in_transaction(true, || {
-        set_activity(c"reading the logical slots' facts");
         let slots: Vec<_> = crate::adapter::slots::copy_slots()
             .into_iter()
             .filter(|s| s.logical)
@@ -330,8 +332,8 @@ fn look(watch: &mut Watch, s: &WatchSettings, n: u64) {
         );
     }
     let t1 = std::time::Instant::now();
+    set_activity(c"reading WAL for the logical slots' replays");
     in_transaction(false, || {
-        set_activity(c"reading WAL for the logical slots' replays");
         judging::read_wal(&mut j);
         let every = DEBUG_LOOK_ERROR_EVERY.get();
         if every > 0 && n.is_multiple_of(every as u64) {
@@ -345,8 +347,8 @@ fn look(watch: &mut Watch, s: &WatchSettings, n: u64) {
     });
     let t2 = std::time::Instant::now();
     let (slots, bytes) = (j.slots(), j.bytes_read());
+    set_activity(c"judging the logical slots");
     let lines = in_transaction(true, || {
-        set_activity(c"judging the logical slots");
         let observed: Vec<_> = judging::finish(j, snapbuild_core::diagnose::diagnose)
             .into_iter()
             .map(|(name, findings, judged)| (name, judged.creator, findings))

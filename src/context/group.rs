@@ -539,6 +539,9 @@ impl Pace {
             if !pg_sys::MyBgworkerEntry.is_null() && pg_sys::ConfigReloadPending != 0 {
                 pg_sys::ConfigReloadPending = 0;
                 pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP);
+                // A setting's check may have read the catalogs: the read holds no snapshot,
+                // so the catalog snapshot that took goes at once, not at the read's end.
+                pg_sys::InvalidateCatalogSnapshot();
             }
         }
         if self.share && self.last_save.elapsed() >= SAVE_EVERY {
