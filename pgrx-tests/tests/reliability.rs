@@ -622,6 +622,10 @@ fn r6_batched_trace_equals_record_by_record() {
         "DROP TABLE IF EXISTS {tab}, {tab}_ddl; CREATE TABLE {tab} (a int, b text)"
     ))
     .unwrap();
+    // a physical slot keeps the range's WAL from a checkpoint until the test ends
+    let _keep = SlotGuard::new(&env, "pgsnap_rel_batch_keep");
+    c.batch_execute("SELECT pg_create_physical_replication_slot('pgsnap_rel_batch_keep', true)")
+        .unwrap();
     let start: String = c
         .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
         .unwrap()
