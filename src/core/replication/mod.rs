@@ -10,3 +10,4 @@ pub mod shared_replays;
 pub mod slot_invalidation;
 pub mod snapbuild;
 pub mod snapbuild_ondisk;
+pub mod tuplecid;
