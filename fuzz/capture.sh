@@ -22,7 +22,7 @@ for m in $MAJORS; do
     first_seg=$(psql -qXAt -c "SELECT pg_walfile_name(pg_current_wal_insert_lsn())")
     psql -qX -v ON_ERROR_STOP=1 -o /dev/null 2>&1 <<'SQL'
 SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE 'fuzz%';
-DROP TABLE IF EXISTS fz_map, fz, fz2, fz3, fz_sub, fz_open_1, fz_open_2, fz_open_3;
+DROP TABLE IF EXISTS fz_map, fz, fz2, fz3, fz_sub, fz_open_1, fz_open_2, fz_open_3, fz_toast, fz_copy;
 SELECT pg_replication_origin_drop(roname) FROM pg_replication_origin WHERE roname = 'fuzz_origin';
 CREATE EXTENSION IF NOT EXISTS pageinspect;
 SELECT pg_switch_wal();
@@ -31,6 +31,22 @@ CREATE TABLE fz(a int primary key, b text);
 INSERT INTO fz SELECT g, repeat('x', g % 50) FROM generate_series(1, 300) g;
 UPDATE fz SET b = b || 'u' WHERE a % 3 = 0;
 DELETE FROM fz WHERE a % 7 = 0;
+-- heap changes the reorder buffer accounts specially: TOAST rows (chunks, then the row;
+-- updates keeping and replacing values), speculative inserts, COPY's multi-inserts, TRUNCATE
+CREATE TABLE fz_toast(a int primary key, b text, c int8, d text);
+ALTER TABLE fz_toast ALTER b SET STORAGE EXTERNAL;
+INSERT INTO fz_toast SELECT g, repeat(chr(65 + g), 3000 + g), g, NULL FROM generate_series(1, 4) g;
+UPDATE fz_toast SET c = c + 1 WHERE a = 1;
+UPDATE fz_toast SET b = repeat('z', 2500), d = 'd' WHERE a = 2;
+INSERT INTO fz_toast VALUES (1, 'x', 0, NULL) ON CONFLICT (a) DO UPDATE SET c = 7;
+INSERT INTO fz_toast VALUES (9, 'x', 0, NULL) ON CONFLICT (a) DO NOTHING;
+CREATE TABLE fz_copy(a int, b text);
+COPY fz_copy FROM STDIN;
+1	one
+2	two
+3	three
+\.
+TRUNCATE fz_copy, fz_toast;
 BEGIN; INSERT INTO fz VALUES (1001, 'a'); SAVEPOINT s1; INSERT INTO fz VALUES (1002, 'b');
   SAVEPOINT s2; CREATE TABLE fz2(c int); INSERT INTO fz2 VALUES (1); RELEASE s2; ROLLBACK TO s1;
   INSERT INTO fz VALUES (1003, 'c'); COMMIT;
@@ -95,6 +111,6 @@ SQL
     # the server log's lines about decoders (stderr format, log_line_prefix '%m [%p] ')
     tail -c 262144 "$ROOT/.work/pg$m/server.log" >"$RAW/pg$m/server.log"
     psql -qX -c "SELECT pg_drop_replication_slot('fuzz_slot')" \
-        -c "DROP TABLE IF EXISTS fz, fz3, fz_sub" -c "DROP EXTENSION IF EXISTS pageinspect" >/dev/null
+        -c "DROP TABLE IF EXISTS fz, fz3, fz_sub, fz_toast, fz_copy" -c "DROP EXTENSION IF EXISTS pageinspect" >/dev/null
     target/fuzz/snapfuzz capture "$m" "$RAW/pg$m" "$ROOT/fuzz/corpus"
 done

@@ -322,9 +322,36 @@ fn capture(args: &[String]) -> i32 {
                     r.xid,
                     r.top_xid,
                     &r.main_data,
+                    false,
                 ));
             }
             add("replay", "window".into(), seed);
+            // the same window with reorderbuffer.c's memory accounting: heap records
+            // carry block 0 (4 kB of work_mem, with and without streaming alternately), up to 48 kB
+            let mut seed = vec![
+                major as u8,
+                flags | 32 | 64 | if w % 2 == 1 { 128 } else { 0 },
+            ];
+            for r in &recs[*s..] {
+                if seed.len() > 48 << 10 {
+                    break;
+                }
+                let kind =
+                    snapbuild_core::replication::decode::RecordKind::classify(r.rmid, r.info);
+                let data = if kind == snapbuild_core::replication::decode::RecordKind::Change {
+                    let b0 = r.block0.as_ref();
+                    targets::frame_change(
+                        b0.map(|b| (b.data.as_deref().unwrap_or(&[]), [b.spc, b.db, b.rel])),
+                        &r.main_data,
+                    )
+                } else {
+                    r.main_data.clone()
+                };
+                seed.extend(targets::frame_record(
+                    r.rmid, r.info, r.xid, r.top_xid, &data, true,
+                ));
+            }
+            add("replay", "memory".into(), seed);
         }
         for rec in recs {
             nrec += 1;
@@ -358,6 +385,48 @@ fn capture(args: &[String]) -> i32 {
                 (8, 0x10) => add("running_xacts", "running_xacts".into(), d),
                 (9, 0x70) => add("new_cid", "new_cid".into(), d),
                 (21, _) => add("logical_message", "message".into(), d),
+                (10, op) | (9, op)
+                    if (rec.rmid == 10 && op != 0x60 && op != 0x70)
+                        || (rec.rmid == 9 && op == 0x50) =>
+                {
+                    // heap changes: major, rmid, info, block 0 and the main data
+                    let b0 = rec.block0.as_ref();
+                    let block = b0.and_then(|b| b.data.as_deref()).unwrap_or(&[]);
+                    let mut v = vec![
+                        major as u8,
+                        rec.rmid,
+                        rec.info,
+                        b0.is_some_and(|b| b.data.is_some()) as u8,
+                    ];
+                    v.extend((block.len() as u16).to_le_bytes());
+                    v.extend_from_slice(block);
+                    v.extend_from_slice(&d);
+                    let op_name = [
+                        "insert",
+                        "delete",
+                        "update",
+                        "truncate",
+                        "hot_update",
+                        "confirm",
+                    ]
+                    .get((op >> 4) as usize)
+                    .copied()
+                    .unwrap_or("multi_insert");
+                    let mut kind = if rec.rmid == 9 {
+                        "multi_insert"
+                    } else {
+                        op_name
+                    }
+                    .to_owned();
+                    if op == 0 && d.get(2).is_some_and(|f| f & (1 << 4) != 0) {
+                        kind = "toast_chunk".into();
+                    } else if op == 0 && d.get(2).is_some_and(|f| f & (1 << 2) != 0) {
+                        kind = "spec_insert".into();
+                    } else if block.windows(2).any(|w| w == [0x01, 18]) {
+                        kind.push_str("_toasted");
+                    }
+                    add("heap_change", kind, v)
+                }
                 _ => {}
             }
         }

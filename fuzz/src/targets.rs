@@ -21,6 +21,10 @@ use snapbuild_core::replication::decode::{
     Payload, RecordHead, RecordKind, Replay, TwoPhaseDecoding,
 };
 use snapbuild_core::replication::message::LogicalMessage;
+use snapbuild_core::replication::reorder_memory::{
+    toast::{toast_replace_growth, AttLayout},
+    ChangeRecord, MemoryRules, ReorderMemory, StructSizes, XidStatus,
+};
 use snapbuild_core::replication::reorderbuffer::{CidResolver, TupleCidHash};
 use snapbuild_core::replication::snapbuild_ondisk::{
     parse_snap_file_name, snap_file_name, SnapBuildOnDisk, CONSTANT_SIZE, NOT_CHECKSUMMED_SIZE,
@@ -148,6 +152,17 @@ pub fn all() -> Vec<Target> {
             fields: |_| vec![f(8, 8, 1), f(16, 8, 1)],
             fixup: None,
             max_len: 1 << 16,
+        },
+        Target {
+            name: "heap_change",
+            about: "HEAP / HEAP2 change records (main data and block 0's data), ChangeRecord::parse, each change's ReorderBufferChangeSize per major, ReorderBufferToastReplace's growth of its rows",
+            run: heap_change,
+            fields: |d| {
+                let b0 = d.get(4..6).map_or(0, |b| u16::from_le_bytes([b[0], b[1]]) as usize);
+                vec![f(4, 2, 1), f(6, 2, 0), f(6 + b0, 2, 0), f(6 + b0 + 2, 2, 0), f(6 + b0 + 7, 1, 0)]
+            },
+            fixup: None,
+            max_len: 1 << 15,
         },
         Target {
             name: "heap_page",
@@ -550,8 +565,16 @@ fn file_names(d: &[u8]) -> bool {
 }
 
 /// One record of a `replay` input: rmid, xl_info, xid, top-level xid (u32 LE each for
-/// the xids), the main data's length (u16 LE) and the main data.
-pub fn frame_record(rmid: u8, info: u8, xid: u32, top_xid: u32, data: &[u8]) -> Vec<u8> {
+/// the xids), the main data's length (u16 LE) and the main data (for heap records and
+/// invalidations only with `memory`, heap records framed by [`frame_change`]).
+pub fn frame_record(
+    rmid: u8,
+    info: u8,
+    xid: u32,
+    top_xid: u32,
+    data: &[u8],
+    memory: bool,
+) -> Vec<u8> {
     let kind = RecordKind::classify(rmid, info);
     // Only these kinds' main data is read; the others keep their header only.
     let keep = matches!(
@@ -564,7 +587,7 @@ pub fn frame_record(rmid: u8, info: u8, xid: u32, top_xid: u32, data: &[u8]) -> 
             | RecordKind::Prepare
             | RecordKind::NewCid
             | RecordKind::LogicalMessage
-    );
+    ) || (memory && matches!(kind, RecordKind::Change | RecordKind::Invalidations));
     let data = if keep {
         &data[..data.len().min(4096)]
     } else {
@@ -578,14 +601,143 @@ pub fn frame_record(rmid: u8, info: u8, xid: u32, top_xid: u32, data: &[u8]) -> 
     v
 }
 
+/// A heap record as the replay target frames it when the memory accounting is on: block
+/// 0's presence (1 byte), tablespace, database and relfilenumber (u32 each), block 0's
+/// data length (u16) and data, then the main data.
+pub fn frame_change(block0: Option<(&[u8], [u32; 3])>, main: &[u8]) -> Vec<u8> {
+    let mut v = vec![block0.is_some() as u8];
+    let (data, rel) = block0.unwrap_or((&[], [0; 3]));
+    for x in rel {
+        v.extend(x.to_le_bytes());
+    }
+    v.extend((data.len().min(u16::MAX as usize) as u16).to_le_bytes());
+    v.extend_from_slice(&data[..data.len().min(u16::MAX as usize)]);
+    v.extend_from_slice(main);
+    v
+}
+
+/// [`frame_change`]'s parts: block 0's data, its (tablespace, database, relfilenumber),
+/// the main data.
+fn split_change(d: &[u8]) -> Option<(Option<&[u8]>, [u32; 3], &[u8])> {
+    let u = |o: usize| Some(u32::from_le_bytes(d.get(o..o + 4)?.try_into().unwrap()));
+    let has = *d.first()? != 0;
+    let rel = [u(1)?, u(5)?, u(9)?];
+    let len = u16::from_le_bytes(d.get(13..15)?.try_into().unwrap()) as usize;
+    let block = d.get(15..15 + len)?;
+    Some((has.then_some(block), rel, &d[15 + len..]))
+}
+
+/// A relation's attributes for the fuzzed ReorderBufferToastReplace, by relfilenumber
+/// (none for some, as when the catalog has no such relation).
+fn fuzz_layout(_spc: u32, _db: u32, rel: u32) -> Option<Vec<AttLayout>> {
+    const KINDS: [AttLayout; 6] = [
+        (4, b'i'),
+        (-1, b'i'),
+        (8, b'd'),
+        (1, b'c'),
+        (-1, b'd'),
+        (2, b's'),
+    ];
+    if rel.is_multiple_of(7) {
+        return None;
+    }
+    let n = 1 + (rel % 5) as usize;
+    Some(
+        (0..n)
+            .map(|i| KINDS[(rel as usize + i * 3) % KINDS.len()])
+            .collect(),
+    )
+}
+
+fn fuzz_xid_status(xid: TransactionId) -> XidStatus {
+    [
+        XidStatus::InProgress,
+        XidStatus::Committed,
+        XidStatus::Aborted,
+    ][(xid % 3) as usize]
+}
+
+/// Byte 0 the major, 1 rmid, 2 info, 3 block 0 present, 4-5 block 0's length, its data,
+/// then the main data.
+fn heap_change(d: &[u8]) -> bool {
+    let (Some(&m), Some(&rmid), Some(&info), Some(&has)) =
+        (d.first(), d.get(1), d.get(2), d.get(3))
+    else {
+        return false;
+    };
+    let Some(len) = d
+        .get(4..6)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+    else {
+        return false;
+    };
+    let Some(block) = d.get(6..6 + len) else {
+        return false;
+    };
+    let main = &d[6 + len..];
+    let major = major_of(m).major;
+    let rec = match ChangeRecord::parse(
+        rmid,
+        info,
+        main,
+        (has != 0).then_some(block),
+        5,
+        16384,
+        1663,
+    ) {
+        Ok(Some(r)) => r,
+        Ok(None) => return true,
+        Err(e) => {
+            let _ = e.len();
+            return false;
+        }
+    };
+    let sizes = StructSizes::x86_64(major);
+    for c in &rec.changes {
+        let size = c.size(&sizes);
+        // a tuple's length never exceeds what the record holds plus a tuple header
+        for l in [c.new_len, c.old_len].into_iter().flatten() {
+            assert!(
+                l <= (d.len() + 64) as u64,
+                "tuple length {l} from {} bytes",
+                d.len()
+            );
+        }
+        assert!(size >= sizes.change);
+        if let Some(t) = &c.tuple {
+            assert!(t.data.len() <= block.len());
+            // the TOAST values the row points to, all waiting
+            let waiting: rustc_hash::FxHashSet<u32> = t
+                .data
+                .windows(14)
+                .filter(|w| w[0] == 0x01 && w[1] == 18)
+                .map(|w| u32::from_ne_bytes([w[10], w[11], w[12], w[13]]))
+                .collect();
+            for rel in [1u32, 2, 3, 4, 5, 6, 8, 9, 10, 11] {
+                if let Some(layout) = fuzz_layout(0, 0, rel) {
+                    if let Ok(g) = toast_replace_growth(t, &layout, &waiting) {
+                        // each replaced pointer shrinks by 8; a row the server did not
+                        // form may gain alignment padding when it is formed again
+                        assert!(g.unsigned_abs() <= 8 * layout.len() as u64);
+                    }
+                }
+            }
+        }
+    }
+    true
+}
+
 /// The payload the adapter (src/adapter/wal/reader.rs WalReader::next_record) builds for a
 /// record, through the same core parsers; `None` where the adapter raises an ERROR.
+#[allow(clippy::too_many_arguments)]
 fn payload(
     version: PgVersion,
     kind: RecordKind,
+    rmid: u8,
     info: u8,
     xid: u32,
     data: &[u8],
+    memory: bool,
 ) -> Option<Payload> {
     Some(match kind {
         RecordKind::RunningXacts => Payload::RunningXacts(RunningXacts::parse(data).ok()?),
@@ -607,6 +759,21 @@ fn payload(
             Payload::Message {
                 transactional: m.transactional,
                 db_id: m.db_id,
+                prefix_len: m.prefix.len() as u64,
+                content_len: m.content.len() as u64,
+            }
+        }
+        RecordKind::Change if memory => {
+            let (block0, [spc, db, rel], main) = split_change(data)?;
+            match ChangeRecord::parse(rmid, info, main, block0, db, rel, spc).ok()? {
+                Some(c) => Payload::Change(c),
+                None => Payload::None,
+            }
+        }
+        RecordKind::Invalidations if memory => {
+            let n = i32::from_ne_bytes(data.get(..4)?.try_into().unwrap());
+            Payload::Invalidations {
+                nmsgs: u64::try_from(n).ok()?,
             }
         }
         _ => Payload::None,
@@ -615,7 +782,9 @@ fn payload(
 
 /// A sequence of records through decode.c's dispatch (Replay::feed): byte 0 the major,
 /// byte 1 flags (1: in slot creation, 2: two-phase decoding, 4: fast-forward,
-/// 8: building a full snapshot), then framed records. A `.snap` restore finds no file,
+/// 8: building a full snapshot, 32: reorderbuffer.c's memory accounting, with heap
+/// records framed by [`frame_change`]; 64: with 4 kB of `logical_decoding_work_mem`
+/// (below the server's minimum, so that short inputs spill), else 64 kB; 128: streaming), then framed records. A `.snap` restore finds no file,
 /// except with flag 16, where it finds the builder's own last serialized file.
 fn replay(d: &[u8]) -> bool {
     let (Some(&m), Some(&flags)) = (d.first(), d.get(1)) else {
@@ -633,6 +802,33 @@ fn replay(d: &[u8]) -> bool {
     let mut r = Replay::new(&p, 5);
     r.two_phase = TwoPhaseDecoding::for_slot(flags & 2 != 0, "test_decoding");
     r.fast_forward = flags & 4 != 0;
+    let memory = flags & 32 != 0;
+    if memory {
+        let major = version.major;
+        r.builder.reorder.memory = Some(Box::new(ReorderMemory::new(MemoryRules {
+            major,
+            sizes: StructSizes::x86_64(major),
+            work_mem_bytes: if flags & 64 != 0 { 4 << 10 } else { 64 << 10 },
+            streaming: flags & 128 != 0,
+            immediate: false,
+            xid_status: Some(fuzz_xid_status),
+            relation_layout: Some(fuzz_layout),
+        })));
+        // the database of the first heap record's block 0
+        let mut at = 2;
+        while let Some(h) = d.get(at..at + 12) {
+            let len = u16::from_le_bytes([h[10], h[11]]) as usize;
+            if RecordKind::classify(h[0], h[1]) == RecordKind::Change {
+                if let Some((_, [_, db, _], _)) =
+                    d.get(at + 12..at + 12 + len).and_then(split_change)
+                {
+                    r.slot_db = db;
+                    break;
+                }
+            }
+            at += 12 + len;
+        }
+    }
     let mut last_file: Option<SnapBuildOnDisk> = None;
     let mut rest = &d[2..];
     let mut lsn = 0x0100_0000u64;
@@ -657,7 +853,7 @@ fn replay(d: &[u8]) -> bool {
             name: None,
         };
         lsn += 0x100 + len as u64;
-        let Some(pl) = payload(version, kind, info, xid, data) else {
+        let Some(pl) = payload(version, kind, rmid, info, xid, data, memory) else {
             complete = false;
             break;
         };
@@ -679,6 +875,15 @@ fn replay(d: &[u8]) -> bool {
                 break;
             }
         }
+    }
+    if let Some(m) = r.builder.reorder.memory.as_mut() {
+        let open = m.open_accounts();
+        let ended = std::mem::take(&mut m.ended);
+        for a in open.iter().chain(&ended) {
+            assert!(a.spill_count == 0 || a.spill_bytes > 0 || a.total_bytes == 0);
+        }
+        assert!(m.stats.spill_txns <= m.stats.spill_count);
+        assert!(m.stats.stream_txns <= m.stats.stream_count);
     }
     let _ = r.builder.historic_snapshot();
     let _ = r.historic_view(None);

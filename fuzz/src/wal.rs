@@ -16,6 +16,16 @@ pub struct Record {
     /// else 0.
     pub top_xid: u32,
     pub main_data: Vec<u8>,
+    /// Block 0's data and its tablespace, database and relfilenumber (for heap records).
+    pub block0: Option<Block0>,
+}
+
+/// A record's block 0: its data (None without BKPBLOCK_HAS_DATA) and relation.
+pub struct Block0 {
+    pub data: Option<Vec<u8>>,
+    pub spc: u32,
+    pub db: u32,
+    pub rel: u32,
 }
 
 const PAGE: usize = 8192;
@@ -59,17 +69,27 @@ impl Seg<'_> {
     }
 }
 
-/// The main data's length: the block headers walked as xlogreader.c DecodeXLogRecord
-/// walks them (`major` picks the block-image flag bits, which changed in 15).
-fn main_data_len(rec: &[u8], major: u32, top_xid: &mut u32) -> Option<usize> {
+/// What the block headers say: the main data's length and where block 0's data is.
+struct Layout {
+    main_len: usize,
+    /// Block 0: (offset of its data in the record, its length, has data, spc, db, rel).
+    block0: Option<(usize, usize, bool, [u32; 3])>,
+}
+
+/// The block headers walked as xlogreader.c DecodeXLogRecord walks them (`major` picks
+/// the block-image flag bits, which changed in 15): the main data's length and block 0.
+fn layout(rec: &[u8], major: u32, top_xid: &mut u32) -> Option<Layout> {
     let mut p = RECORD_HDR;
     let get = |p: usize, n: usize| rec.get(p..p + n);
-    loop {
+    // per block: (id, image length, data length, has data, relation)
+    let mut blocks: Vec<(u8, usize, usize, bool, [u32; 3])> = Vec::new();
+    let mut last_rel = [0u32; 3];
+    let (main_len, headers_end) = loop {
         let id = *rec.get(p)?;
         p += 1;
         match id {
-            255 => return Some(*rec.get(p)? as usize),
-            254 => return Some(u32_at(get(p, 4)?, 0) as usize),
+            255 => break (*rec.get(p)? as usize, p + 1),
+            254 => break (u32_at(get(p, 4)?, 0) as usize, p + 4),
             253 => p += 2,
             252 => {
                 *top_xid = u32_at(get(p, 4)?, 0);
@@ -77,8 +97,11 @@ fn main_data_len(rec: &[u8], major: u32, top_xid: &mut u32) -> Option<usize> {
             }
             0..=32 => {
                 let fork_flags = *rec.get(p)?;
+                let data_len = u16_at(get(p + 1, 2)?, 0) as usize;
                 p += 3; // fork_flags, data_length
+                let mut image_len = 0;
                 if fork_flags & 0x10 != 0 {
+                    image_len = u16_at(get(p, 2)?, 0) as usize;
                     let bimg_info = *rec.get(p + 4)?;
                     p += 5;
                     let compressed = if major >= 15 {
@@ -91,16 +114,30 @@ fn main_data_len(rec: &[u8], major: u32, top_xid: &mut u32) -> Option<usize> {
                     }
                 }
                 if fork_flags & 0x80 == 0 {
+                    let r = get(p, 12)?;
+                    last_rel = [u32_at(r, 0), u32_at(r, 4), u32_at(r, 8)];
                     p += 12;
                 }
                 p += 4;
+                blocks.push((id, image_len, data_len, fork_flags & 0x20 != 0, last_rel));
             }
             _ => return None,
         }
         if p > rec.len() {
             return None;
         }
+    };
+    // the blocks' images and data follow the headers, in order
+    let mut at = headers_end;
+    let mut block0 = None;
+    for (id, image_len, data_len, has_data, rel) in blocks {
+        at += image_len;
+        if id == 0 {
+            block0 = Some((at, data_len, has_data, rel));
+        }
+        at += data_len;
     }
+    Some(Layout { main_len, block0 })
 }
 
 /// The valid records of one segment file (`seg_lsn`: its start LSN).
@@ -134,8 +171,21 @@ pub fn records(bytes: &[u8], seg_lsn: u64, major: u32) -> Vec<Record> {
         let (info, rmid) = (rec[16], rec[17]);
         let _prev = u64_at(&rec, 8);
         let mut top_xid = 0;
-        if let Some(n) = main_data_len(&rec, major, &mut top_xid) {
+        if let Some(l) = layout(&rec, major, &mut top_xid) {
+            let n = l.main_len;
             if n <= rec.len() {
+                let block0 = l.block0.and_then(|(at, len, has_data, [spc, db, rel])| {
+                    Some(Block0 {
+                        data: if has_data {
+                            Some(rec.get(at..at + len)?.to_vec())
+                        } else {
+                            None
+                        },
+                        spc,
+                        db,
+                        rel,
+                    })
+                });
                 out.push(Record {
                     lsn: seg_lsn + pos as u64,
                     rmid,
@@ -143,6 +193,7 @@ pub fn records(bytes: &[u8], seg_lsn: u64, major: u32) -> Vec<Record> {
                     xid: u32_at(&rec, 4),
                     top_xid,
                     main_data: rec[rec.len() - n..].to_vec(),
+                    block0,
                 });
             }
         }

@@ -198,6 +198,9 @@ impl ReorderMemory {
     /// Re-runs reorderbuffer.c ReorderBufferAssignChild: `sub` becomes a subtransaction
     /// of `top` (its sizes stay where they were counted).
     pub fn assign_child(&mut self, top: TransactionId, sub: TransactionId, lsn: Lsn) {
+        // WAL names top-level transactions as parents; a parent known as a subtransaction
+        // (only in damaged WAL) stands for its own parent, so that one level is kept
+        let top = self.top_of(top);
         if !transam::is_valid(sub) || sub == top {
             return;
         }
@@ -210,8 +213,19 @@ impl ReorderMemory {
         let had_base = std::mem::take(&mut s.base_snapshot);
         let base_seq = s.base_seq;
         let acc = s.account.take();
-        let t = self.txns.get_mut(&top).expect("made above");
+        // a former top-level transaction's own subtransactions (damaged WAL again) go
+        // with it to the new parent
+        let grandchildren = std::mem::take(&mut s.subs);
+        for g in &grandchildren {
+            if let Some(gt) = self.txns.get_mut(g) {
+                gt.top = Some(top);
+            }
+        }
+        let Some(t) = self.txns.get_mut(&top) else {
+            return;
+        };
         t.subs.push(sub);
+        t.subs.extend(grandchildren);
         // ReorderBufferTransferSnapToParent
         if had_base && (!t.base_snapshot || base_seq < t.base_seq) {
             t.base_snapshot = true;

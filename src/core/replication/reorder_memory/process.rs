@@ -26,8 +26,10 @@ impl ReorderMemory {
     pub(super) fn process_txn(&mut self, top: TransactionId, streaming: bool) {
         // ReorderBufferIterTXNInit: a spilled (sub)transaction spills what it still
         // holds (the top-level one with its subtransactions) before being read back.
-        let subs = self.txns[&top].subs.clone();
-        let t = &self.txns[&top];
+        let Some(t) = self.txns.get(&top) else {
+            return;
+        };
+        let subs = t.subs.clone();
         if t.nentries() > 0 && t.serialized {
             self.serialize_txn(top);
         }

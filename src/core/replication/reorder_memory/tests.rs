@@ -124,3 +124,24 @@ fn aborted_and_forgotten_transactions_add_nothing() {
     assert_eq!(m.size, 0);
     assert_eq!(m.ended.len(), 2);
 }
+
+/// Damaged WAL (found by the fuzzer): a subtransaction named as a parent, and a
+/// top-level transaction with subtransactions becoming one itself. Ending the top-level
+/// transaction lets go of all of them; later records of any of them start afresh.
+#[test]
+fn parents_that_are_subtransactions_keep_one_level() {
+    let mut m = ReorderMemory::new(rules(64, false));
+    fill(&mut m, 10, 1, 100);
+    m.assign_child(10, 11, Lsn(2));
+    m.assign_child(11, 12, Lsn(3)); // 11 is a subtransaction: 12 goes to 10
+    assert!(m.is_subxact(12));
+    m.assign_child(20, 21, Lsn(4));
+    m.assign_child(10, 20, Lsn(5)); // 20 and its 21 go to 10
+    m.replay(10, Lsn(50), Lsn(60), TxnOutcome::Sent, false);
+    for x in [10, 11, 12, 20, 21] {
+        assert!(!m.knows(x), "{x} is let go of");
+    }
+    m.count_record(21, Lsn(70), 8);
+    m.queue_change(12, Lsn(71), insert(10), false);
+    assert_eq!(m.size, 10);
+}
