@@ -26,9 +26,9 @@ pub struct BacklogRun {
     /// The largest `rb->size` reached, in bytes.
     pub peak: u64,
     pub undecided: Option<String>,
-    /// Each top-level transaction met (when asked for): those that ended, in the order
-    /// they ended, then those still open, in the order they began.
-    pub accounts: Vec<TxnAccount>,
+    /// The top-level transactions still open at the end, in the order they began (when
+    /// the ended ones were asked for).
+    pub open: Vec<TxnAccount>,
     pub work_mem_kb: i32,
     pub streaming: bool,
 }
@@ -100,7 +100,9 @@ fn setting(name: &str) -> Option<String> {
 /// Counts the next decode of logical slot `slot_name`: from its restart_lsn, through
 /// the first record ending at or after `upto` or the flush position now, with
 /// `logical_decoding_work_mem` = `work_mem_kb` (the server's setting when None) and the
-/// consumer streaming or not. With `keep_accounts` every transaction's account is kept.
+/// consumer streaming or not. With `on_ended`, each transaction's account is handed to it
+/// as the transaction ends (in the order they end), and those still open at the end are
+/// kept in [`BacklogRun::open`]: what is held does not grow with the transactions ended.
 ///
 /// Errors: `undefined_object` (42704) for no such slot; `object_not_in_prerequisite_state`
 /// (55000) for a physical slot, one still being created or without restart_lsn;
@@ -111,7 +113,7 @@ pub fn run(
     upto: Option<Lsn>,
     work_mem_kb: Option<i32>,
     streaming: bool,
-    keep_accounts: bool,
+    mut on_ended: Option<&mut dyn FnMut(TxnAccount)>,
 ) -> BacklogRun {
     let slot = context::input::created_logical_slot(slot_name);
     let work_mem_kb = match work_mem_kb {
@@ -139,14 +141,13 @@ pub fn run(
     let mut ctx = DecodingContext::start(input);
     ctx.count_reorder_memory(rules);
     let end_of_wal = flush_lsn();
-    let mut accounts = Vec::new();
     let mut summary = CostSummary::default();
-    let mut take = |ctx: &mut DecodingContext, accounts: &mut Vec<TxnAccount>| {
+    let mut take = |ctx: &mut DecodingContext| {
         if let Some(m) = ctx.reorder_memory() {
             for a in m.ended.drain(..) {
                 summary.add(&a);
-                if keep_accounts {
-                    accounts.push(a);
+                if let Some(f) = on_ended.as_mut() {
+                    f(a);
                 }
             }
         }
@@ -157,7 +158,7 @@ pub fn run(
     let target = upto.map_or(end_of_wal, |u| u.min(end_of_wal));
     ctx.read_heads_in_batches();
     while ctx.next_row_or_raise(Some(target)).is_some() {
-        take(&mut ctx, &mut accounts);
+        take(&mut ctx);
         if ctx.last_end >= target {
             break;
         }
@@ -165,13 +166,13 @@ pub fn run(
     if ctx.records == 0 || ctx.last_end < target {
         ctx.stop_batches();
         while ctx.next_row_or_raise(None).is_some() {
-            take(&mut ctx, &mut accounts);
+            take(&mut ctx);
             if ctx.last_end >= target {
                 break;
             }
         }
     }
-    take(&mut ctx, &mut accounts);
+    take(&mut ctx);
     let (decoded_to, records) = if ctx.records > 0 {
         (ctx.last_end, ctx.records)
     } else {
@@ -180,13 +181,15 @@ pub fn run(
     let m = ctx.reorder_memory().expect("set above");
     let open = m.open_accounts();
     let (stats, peak, undecided) = (m.stats, m.peak, m.undecided.clone());
+    let keep_open = on_ended.is_some();
+    let mut kept = Vec::new();
     for mut a in open {
         if a.outcome != TxnOutcome::Prepared {
             a.outcome = TxnOutcome::InProgress;
         }
         summary.add(&a);
-        if keep_accounts {
-            accounts.push(a);
+        if keep_open {
+            kept.push(a);
         }
     }
     BacklogRun {
@@ -198,7 +201,7 @@ pub fn run(
         summary,
         peak,
         undecided,
-        accounts,
+        open: kept,
         work_mem_kb,
         streaming,
     }

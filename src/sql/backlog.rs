@@ -3,8 +3,9 @@
 //! transaction, and what it will add to `pg_stat_replication_slots`.
 
 use pgrx::prelude::*;
+use pgrx::PgMemoryContexts;
 use snapbuild_core::diagnose::HolderKind;
-use snapbuild_core::replication::reorder_memory::TxnOutcome;
+use snapbuild_core::replication::reorder_memory::{TxnAccount, TxnOutcome};
 use snapbuild_core::Lsn;
 
 use crate::adapter::raise;
@@ -51,58 +52,160 @@ fn slot_arg(slot_name: Option<PgName>) -> String {
 /// (42704) for no such slot; `object_not_in_prerequisite_state` (55000) for a physical
 /// slot, one being created or without restart_lsn; as `snapbuild_trace` otherwise.
 /// Read-only.
-#[pg_extern]
-#[allow(clippy::type_complexity)]
-fn snapbuild_backlog(
-    slot_name: Option<PgName>,
-    upto: default!(Option<PgLsn>, "NULL"),
-    work_mem_kb: default!(Option<i32>, "NULL"),
-    streaming: default!(Option<bool>, "NULL"),
-) -> TableIterator<
-    'static,
-    (
-        name!(xid, Xid),
-        name!(first_lsn, PgLsn),
-        name!(end_lsn, Option<PgLsn>),
-        name!(outcome, &'static str),
-        name!(pid, Option<i32>),
-        name!(gid, Option<String>),
-        name!(database, Option<pg_sys::Oid>),
-        name!(subxacts, i32),
-        name!(inserts, i64),
-        name!(updates, i64),
-        name!(deletes, i64),
-        name!(truncates, i64),
-        name!(messages, i64),
-        name!(invalidations, i64),
-        name!(other, i64),
-        name!(wal_bytes, i64),
-        name!(queued_bytes, i64),
-        name!(total_bytes, i64),
-        name!(decoder, &'static str),
-        name!(spill_count, i64),
-        name!(spill_bytes, i64),
-        name!(spilled, bool),
-        name!(stream_count, i64),
-        name!(stream_bytes, i64),
-    ),
-> {
-    let slot = slot_arg(slot_name);
-    let streaming = streaming.unwrap_or(false);
-    let run = backlog::run(&slot, upto.map(|l| Lsn(l.0)), work_mem_kb, streaming, true);
-    let open: Vec<_> = run
-        .accounts
-        .iter()
-        .filter(|a| matches!(a.outcome, TxnOutcome::InProgress | TxnOutcome::Prepared))
-        .map(|a| a.xid)
-        .collect();
-    let holders = crate::adapter::activity::holders(&open);
-    // rows made as they are asked for, from the accounts (no second copy)
-    let rows = run.accounts.into_iter().map(move |a| {
-        let holder = holders.iter().find(|h| h.xid == a.xid);
-        let (pid, gid) = match holder.map(|h| &h.kind) {
+///
+/// The rows go to a tuplestore as the transactions end (materialize mode: past
+/// `work_mem` it spills to a temporary file), so the backend holds the transactions open
+/// at once, not every one met.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn snapbuild_backlog_wrapper(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    unsafe {
+        let slot = slot_arg(pgrx::fcinfo::pg_getarg::<PgName>(fcinfo, 0));
+        let upto = pgrx::fcinfo::pg_getarg::<PgLsn>(fcinfo, 1);
+        let work_mem_kb = pgrx::fcinfo::pg_getarg::<i32>(fcinfo, 2);
+        let streaming = pgrx::fcinfo::pg_getarg::<bool>(fcinfo, 3).unwrap_or(false);
+        let mut out = MaterializedRows::new(fcinfo);
+        let mut put_ended = |a: TxnAccount| out.put(&a, None);
+        let run = backlog::run(
+            &slot,
+            upto.map(|l| Lsn(l.0)),
+            work_mem_kb,
+            streaming,
+            Some(&mut put_ended),
+        );
+        let open: Vec<_> = run.open.iter().map(|a| a.xid).collect();
+        let holders = crate::adapter::activity::holders(&open);
+        for a in &run.open {
+            out.put(a, holders.iter().find(|h| h.xid == a.xid).map(|h| &h.kind));
+        }
+        pg_sys::Datum::from(0)
+    }
+}
+
+#[unsafe(no_mangle)]
+#[doc(hidden)]
+pub extern "C" fn pg_finfo_snapbuild_backlog_wrapper() -> &'static pg_sys::Pg_finfo_record {
+    const V1_API: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1_API
+}
+
+pgrx::extension_sql!(
+    r#"
+CREATE FUNCTION "snapbuild_backlog"(
+	"slot_name" name,
+	"upto" pg_lsn DEFAULT NULL,
+	"work_mem_kb" INT DEFAULT NULL,
+	"streaming" bool DEFAULT NULL
+) RETURNS TABLE (
+	"xid" xid,
+	"first_lsn" pg_lsn,
+	"end_lsn" pg_lsn,
+	"outcome" TEXT,
+	"pid" INT,
+	"gid" TEXT,
+	"database" oid,
+	"subxacts" INT,
+	"inserts" bigint,
+	"updates" bigint,
+	"deletes" bigint,
+	"truncates" bigint,
+	"messages" bigint,
+	"invalidations" bigint,
+	"other" bigint,
+	"wal_bytes" bigint,
+	"queued_bytes" bigint,
+	"total_bytes" bigint,
+	"decoder" TEXT,
+	"spill_count" bigint,
+	"spill_bytes" bigint,
+	"spilled" bool,
+	"stream_count" bigint,
+	"stream_bytes" bigint
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'snapbuild_backlog_wrapper';
+"#,
+    name = "snapbuild_backlog"
+);
+
+/// The number of `snapbuild_backlog`'s columns.
+const BACKLOG_COLUMNS: usize = 24;
+
+/// A materialize-mode result (funcapi.c InitMaterializedSRF's protocol): the tuplestore
+/// and row type the executor reads after the call, and the text values of the fixed
+/// labels, made once.
+struct MaterializedRows {
+    store: *mut pg_sys::Tuplestorestate,
+    desc: pg_sys::TupleDesc,
+    per_query: pg_sys::MemoryContext,
+    labels: Vec<(&'static str, pg_sys::Datum)>,
+}
+
+impl MaterializedRows {
+    /// Sets `fcinfo`'s result up. Errors: `feature_not_supported` (0A000) where a set
+    /// cannot be taken or materialize mode is not allowed (as the server's own
+    /// set-returning functions say it).
+    unsafe fn new(fcinfo: pg_sys::FunctionCallInfo) -> Self {
+        unsafe {
+            let rsinfo = (*fcinfo).resultinfo as *mut pg_sys::ReturnSetInfo;
+            if rsinfo.is_null()
+                || (*rsinfo).type_ != pg_sys::NodeTag::T_ReturnSetInfo
+                || (*rsinfo).allowedModes & pg_sys::SetFunctionReturnMode::SFRM_Materialize as i32
+                    == 0
+            {
+                raise(
+                    PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                    "snapbuild_backlog is a set-returning function called in a context that cannot take a set",
+                );
+            }
+            let per_query = (*(*rsinfo).econtext).ecxt_per_query_memory;
+            PgMemoryContexts::For(per_query).switch_to(|_| {
+                let mut desc: pg_sys::TupleDesc = std::ptr::null_mut();
+                if pg_sys::get_call_result_type(fcinfo, std::ptr::null_mut(), &mut desc)
+                    != pg_sys::TypeFuncClass::TYPEFUNC_COMPOSITE
+                    || desc.is_null()
+                    || (*desc).natts as usize != BACKLOG_COLUMNS
+                {
+                    raise(
+                        PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
+                        "snapbuild_backlog's row type is not the one this library returns: run ALTER EXTENSION pg_snapbuild UPDATE",
+                    );
+                }
+                let random = (*rsinfo).allowedModes
+                    & pg_sys::SetFunctionReturnMode::SFRM_Materialize_Random as i32
+                    != 0;
+                let store = pg_sys::tuplestore_begin_heap(random, false, pg_sys::work_mem);
+                (*rsinfo).returnMode = pg_sys::SetFunctionReturnMode::SFRM_Materialize;
+                (*rsinfo).setResult = store;
+                (*rsinfo).setDesc = desc;
+                MaterializedRows {
+                    store,
+                    desc,
+                    per_query,
+                    labels: Vec::new(),
+                }
+            })
+        }
+    }
+
+    /// The text value of a fixed label (made once, in the query's memory).
+    fn label(&mut self, s: &'static str) -> pg_sys::Datum {
+        if let Some((_, d)) = self.labels.iter().find(|(l, _)| *l == s) {
+            return *d;
+        }
+        let d = unsafe { PgMemoryContexts::For(self.per_query).switch_to(|_| s.into_datum()) }
+            .unwrap_or(pg_sys::Datum::from(0));
+        self.labels.push((s, d));
+        d
+    }
+
+    /// One row for transaction `a`, held by `holder` when still open.
+    fn put(&mut self, a: &TxnAccount, holder: Option<&HolderKind>) {
+        let (pid, gid) = match holder {
             Some(HolderKind::Backend(b)) => (Some(b.pid), None),
-            Some(HolderKind::Prepared(p)) => (None, Some(p.gid.clone())),
+            Some(HolderKind::Prepared(p)) => (None, Some(p.gid.as_str())),
             None => (None, None),
         };
         let outcome = match a.outcome {
@@ -117,16 +220,17 @@ fn snapbuild_backlog(
             TxnOutcome::InProgress if gid.is_some() => "prepared",
             TxnOutcome::InProgress => "in progress",
         };
-        let c = |k: usize| a.changes[k] as i64;
-        (
-            Xid(a.xid),
-            PgLsn(a.first_lsn.0),
-            a.end_lsn.map(|l| PgLsn(l.0)),
-            outcome,
-            pid,
-            gid,
-            (a.database != 0).then(|| pg_sys::Oid::from(a.database)),
-            a.subxacts as i32,
+        let int8 = |n: u64| Some(pg_sys::Datum::from(n as i64));
+        let c = |k: usize| int8(a.changes[k]);
+        let values: [Option<pg_sys::Datum>; BACKLOG_COLUMNS] = [
+            Xid(a.xid).into_datum(),
+            PgLsn(a.first_lsn.0).into_datum(),
+            a.end_lsn.and_then(|l| PgLsn(l.0).into_datum()),
+            Some(self.label(outcome)),
+            pid.and_then(|p: i32| p.into_datum()),
+            gid.and_then(|g| g.into_datum()),
+            (a.database != 0).then(|| pg_sys::Datum::from(a.database)),
+            Some(pg_sys::Datum::from(a.subxacts as i32)),
             c(0),
             c(1),
             c(2),
@@ -134,18 +238,33 @@ fn snapbuild_backlog(
             c(4),
             c(5),
             c(6),
-            a.wal_bytes as i64,
-            a.queued_bytes as i64,
-            a.total_bytes as i64,
-            a.outcome.label(),
-            a.spill_count as i64,
-            a.spill_bytes as i64,
-            a.spilled,
-            a.stream_count as i64,
-            a.stream_bytes as i64,
-        )
-    });
-    TableIterator::new(rows)
+            int8(a.wal_bytes),
+            int8(a.queued_bytes),
+            int8(a.total_bytes),
+            Some(self.label(a.outcome.label())),
+            int8(a.spill_count),
+            int8(a.spill_bytes),
+            a.spilled.into_datum(),
+            int8(a.stream_count),
+            int8(a.stream_bytes),
+        ];
+        let mut datums = [pg_sys::Datum::from(0); BACKLOG_COLUMNS];
+        let mut nulls = [false; BACKLOG_COLUMNS];
+        for (i, v) in values.into_iter().enumerate() {
+            match v {
+                Some(d) => datums[i] = d,
+                None => nulls[i] = true,
+            }
+        }
+        unsafe {
+            pg_sys::tuplestore_putvalues(
+                self.store,
+                self.desc,
+                datums.as_mut_ptr(),
+                nulls.as_mut_ptr(),
+            );
+        }
+    }
 }
 
 /// One row: what the slot's next decode (as `snapbuild_backlog` describes it) will add to
@@ -212,7 +331,7 @@ fn snapbuild_decoding_cost(
 > {
     let slot = slot_arg(slot_name);
     let streaming = streaming.unwrap_or(false);
-    let run = backlog::run(&slot, upto.map(|l| Lsn(l.0)), work_mem_kb, streaming, false);
+    let run = backlog::run(&slot, upto.map(|l| Lsn(l.0)), work_mem_kb, streaming, None);
     let decided = run.undecided.is_none();
     let n = |v: u64| decided.then_some(v as i64);
     let s = &run.stats;

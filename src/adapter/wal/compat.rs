@@ -76,71 +76,53 @@ pub unsafe fn block_db(reader: *mut pg_sys::XLogReaderState, block: u8) -> Optio
 }
 
 /// Block 0 of the current record: its data (None without any) and its relation's
-/// tablespace, database and relfilenumber (zeros without a block 0).
+/// tablespace, database and relfilenumber (zeros without a block 0). Read from the
+/// decoded record's fields as XLogRecGetBlockData and XLogRecGetBlockTagExtended read
+/// them (no call into the server: this runs for every heap change of a batch).
 pub unsafe fn block0<'a>(reader: *mut pg_sys::XLogReaderState) -> (Option<&'a [u8]>, [u32; 3]) {
-    let mut len: pg_sys::Size = 0;
-    let p = pg_sys::XLogRecGetBlockData(reader, 0, &mut len);
-    let data = (!p.is_null()).then(|| std::slice::from_raw_parts(p as *const u8, len));
-    (data, block0_tag(reader).unwrap_or([0; 3]))
+    let Some(b) = decoded_block0(reader) else {
+        return (None, [0; 3]);
+    };
+    let data = (b.has_data && !b.data.is_null())
+        .then(|| std::slice::from_raw_parts(b.data as *const u8, b.data_len as usize));
+    (data, block_tag(b))
 }
 
-#[cfg(not(any(feature = "pg14", feature = "pg15")))]
-unsafe fn block0_tag(reader: *mut pg_sys::XLogReaderState) -> Option<[u32; 3]> {
-    let mut loc = pg_sys::RelFileLocator::default();
-    pg_sys::XLogRecGetBlockTagExtended(
-        reader,
-        0,
-        &mut loc,
-        std::ptr::null_mut(),
-        std::ptr::null_mut(),
-        std::ptr::null_mut(),
-    )
-    .then(|| {
-        [
-            loc.spcOid.to_u32(),
-            loc.dbOid.to_u32(),
-            loc.relNumber.to_u32(),
-        ]
-    })
-}
-
-#[cfg(feature = "pg15")]
-unsafe fn block0_tag(reader: *mut pg_sys::XLogReaderState) -> Option<[u32; 3]> {
-    let mut node = pg_sys::RelFileNode::default();
-    pg_sys::XLogRecGetBlockTagExtended(
-        reader,
-        0,
-        &mut node,
-        std::ptr::null_mut(),
-        std::ptr::null_mut(),
-        std::ptr::null_mut(),
-    )
-    .then(|| {
-        [
-            node.spcNode.to_u32(),
-            node.dbNode.to_u32(),
-            node.relNode.to_u32(),
-        ]
-    })
+/// Block 0 of the decoded record, when it is in use (XLogRecHasBlockRef).
+#[cfg(not(feature = "pg14"))]
+unsafe fn decoded_block0<'a>(
+    reader: *mut pg_sys::XLogReaderState,
+) -> Option<&'a pg_sys::DecodedBkpBlock> {
+    let d = (*reader).record;
+    if d.is_null() || (*d).max_block_id < 0 {
+        return None;
+    }
+    let b = &*(*d).blocks.as_ptr();
+    b.in_use.then_some(b)
 }
 
 #[cfg(feature = "pg14")]
-unsafe fn block0_tag(reader: *mut pg_sys::XLogReaderState) -> Option<[u32; 3]> {
-    let mut node = pg_sys::RelFileNode::default();
-    pg_sys::XLogRecGetBlockTag(
-        reader,
-        0,
-        &mut node,
-        std::ptr::null_mut(),
-        std::ptr::null_mut(),
-    )
-    .then(|| {
-        [
-            node.spcNode.to_u32(),
-            node.dbNode.to_u32(),
-            node.relNode.to_u32(),
-        ]
-    })
+unsafe fn decoded_block0<'a>(
+    reader: *mut pg_sys::XLogReaderState,
+) -> Option<&'a pg_sys::DecodedBkpBlock> {
+    let r = &*reader;
+    if r.max_block_id < 0 {
+        return None;
+    }
+    let b = &r.blocks[0];
+    b.in_use.then_some(b)
+}
+
+#[cfg(not(any(feature = "pg14", feature = "pg15")))]
+fn block_tag(b: &pg_sys::DecodedBkpBlock) -> [u32; 3] {
+    let l = &b.rlocator;
+    [l.spcOid.to_u32(), l.dbOid.to_u32(), l.relNumber.to_u32()]
+}
+
+#[cfg(any(feature = "pg14", feature = "pg15"))]
+fn block_tag(b: &pg_sys::DecodedBkpBlock) -> [u32; 3] {
+    let n = &b.rnode;
+    [n.spcNode.to_u32(), n.dbNode.to_u32(), n.relNode.to_u32()]
 }
 
 /// 14 and 15 never invalidate slots in recovery.

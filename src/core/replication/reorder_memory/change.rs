@@ -5,6 +5,7 @@
 //! DecodeTruncate, DecodeMultiInsert and DecodeSpecConfirm read them).
 
 use crate::include::heapam_xlog::XLOG_HEAP_OPMASK;
+use crate::include::htup_details::infomask::HEAP_HASEXTERNAL;
 use crate::include::rmgrlist::{RM_HEAP2_ID, RM_HEAP_ID};
 
 /// The sizes of the server's structs that ReorderBufferChangeSize adds up, in bytes (the
@@ -168,16 +169,17 @@ const EXTERNAL_ONDISK: [u8; 2] = [0x01, 18];
 
 impl TupleBytes {
     /// The tuple behind an `xl_heap_header` (or a multi-insert tuple's header fields),
-    /// kept only when it may hold an on-disk TOAST pointer.
+    /// kept only when it may hold an on-disk TOAST pointer: heaptuple.c heap_fill_tuple
+    /// sets `HEAP_HASEXTERNAL` in every row it forms with an external value.
     fn keep_if_toasted(infomask2: u16, infomask: u16, t_hoff: u8, data: &[u8]) -> Option<Self> {
-        data.windows(2)
-            .any(|w| w == EXTERNAL_ONDISK)
-            .then(|| TupleBytes {
+        (infomask & HEAP_HASEXTERNAL != 0 && data.windows(2).any(|w| w == EXTERNAL_ONDISK)).then(
+            || TupleBytes {
                 infomask2,
                 infomask,
                 t_hoff,
                 data: data.to_vec(),
-            })
+            },
+        )
     }
 }
 

@@ -328,14 +328,16 @@ impl ReorderMemory {
         rec: &ChangeRecord,
         rc: &RecordChange,
     ) -> i64 {
-        self.txn(xid, lsn);
-        let top = self.top_of(xid);
+        let top = self.txn(xid, lsn).top.unwrap_or(xid);
+        let Some(t) = self.txns.get_mut(&top) else {
+            return 0;
+        };
         if let Some(id) = rc.toast_chunk_id {
-            self.txns
-                .get_mut(&top)
-                .expect("known")
-                .toast_waiting
-                .insert(id);
+            t.toast_waiting.insert(id);
+            return 0;
+        }
+        if t.toast_waiting.is_empty() {
+            // nothing to rebuild, nothing to reset
             return 0;
         }
         let resets = match rc.action {
@@ -347,8 +349,7 @@ impl ReorderMemory {
             _ => false,
         };
         let mut growth = 0;
-        let waiting = !self.txns[&top].toast_waiting.is_empty();
-        if waiting && rc.new_len.is_some() {
+        if rc.new_len.is_some() {
             if let Some(t) = &rc.tuple {
                 let key = (rec.spc_oid, rec.db_oid, rec.relfilenumber);
                 if !self.layouts.contains_key(&key) {
