@@ -3,14 +3,14 @@
 //! transaction, and what it will add to `pg_stat_replication_slots`.
 
 use pgrx::prelude::*;
-use pgrx::PgMemoryContexts;
 use snapbuild_core::diagnose::HolderKind;
 use snapbuild_core::replication::reorder_memory::{TxnAccount, TxnOutcome};
 use snapbuild_core::Lsn;
 
 use crate::adapter::raise;
 use crate::context::backlog;
-use crate::sql::types::{PgLsn, PgName, Xid};
+use crate::sql::srf::{MaterializedSet, RowSlots};
+use crate::sql::types::{PgLsn, PgName, StaticTexts, Xid};
 
 fn lsn_or_null(l: Lsn) -> Option<PgLsn> {
     l.is_valid().then_some(PgLsn(l.0))
@@ -66,8 +66,17 @@ pub unsafe extern "C-unwind" fn snapbuild_backlog_wrapper(
         let upto = pgrx::fcinfo::pg_getarg::<PgLsn>(fcinfo, 1);
         let work_mem_kb = pgrx::fcinfo::pg_getarg::<i32>(fcinfo, 2);
         let streaming = pgrx::fcinfo::pg_getarg::<bool>(fcinfo, 3).unwrap_or(false);
-        let mut out = MaterializedRows::new(fcinfo);
-        let mut put_ended = |a: TxnAccount| out.put(&a, None);
+        let mut set = MaterializedSet::begin(fcinfo);
+        if set.columns() != BACKLOG_COLUMNS {
+            raise(
+                PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
+                "snapbuild_backlog's row type is not the one this library returns: run ALTER EXTENSION pg_snapbuild UPDATE",
+            );
+        }
+        let mut texts = StaticTexts::new(set.per_query_memory());
+        let mut put_ended = |a: TxnAccount| {
+            set.row(|slots| put_backlog_row(slots, &a, None, &mut texts));
+        };
         let run = backlog::run(
             &slot,
             upto.map(|l| Lsn(l.0)),
@@ -78,7 +87,8 @@ pub unsafe extern "C-unwind" fn snapbuild_backlog_wrapper(
         let open: Vec<_> = run.open.iter().map(|a| a.xid).collect();
         let holders = crate::adapter::activity::holders(&open);
         for a in &run.open {
-            out.put(a, holders.iter().find(|h| h.xid == a.xid).map(|h| &h.kind));
+            let holder = holders.iter().find(|h| h.xid == a.xid).map(|h| &h.kind);
+            set.row(|slots| put_backlog_row(slots, a, holder, &mut texts));
         }
         pg_sys::Datum::from(0)
     }
@@ -133,138 +143,67 @@ AS 'MODULE_PATHNAME', 'snapbuild_backlog_wrapper';
 /// The number of `snapbuild_backlog`'s columns.
 const BACKLOG_COLUMNS: usize = 24;
 
-/// A materialize-mode result (funcapi.c InitMaterializedSRF's protocol): the tuplestore
-/// and row type the executor reads after the call, and the text values of the fixed
-/// labels, made once.
-struct MaterializedRows {
-    store: *mut pg_sys::Tuplestorestate,
-    desc: pg_sys::TupleDesc,
-    per_query: pg_sys::MemoryContext,
-    labels: Vec<(&'static str, pg_sys::Datum)>,
-}
-
-impl MaterializedRows {
-    /// Sets `fcinfo`'s result up. Errors: `feature_not_supported` (0A000) where a set
-    /// cannot be taken or materialize mode is not allowed (as the server's own
-    /// set-returning functions say it).
-    unsafe fn new(fcinfo: pg_sys::FunctionCallInfo) -> Self {
-        unsafe {
-            let rsinfo = (*fcinfo).resultinfo as *mut pg_sys::ReturnSetInfo;
-            if rsinfo.is_null()
-                || (*rsinfo).type_ != pg_sys::NodeTag::T_ReturnSetInfo
-                || (*rsinfo).allowedModes & pg_sys::SetFunctionReturnMode::SFRM_Materialize as i32
-                    == 0
-            {
-                raise(
-                    PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                    "snapbuild_backlog is a set-returning function called in a context that cannot take a set",
-                );
-            }
-            let per_query = (*(*rsinfo).econtext).ecxt_per_query_memory;
-            PgMemoryContexts::For(per_query).switch_to(|_| {
-                let mut desc: pg_sys::TupleDesc = std::ptr::null_mut();
-                if pg_sys::get_call_result_type(fcinfo, std::ptr::null_mut(), &mut desc)
-                    != pg_sys::TypeFuncClass::TYPEFUNC_COMPOSITE
-                    || desc.is_null()
-                    || (*desc).natts as usize != BACKLOG_COLUMNS
-                {
-                    raise(
-                        PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
-                        "snapbuild_backlog's row type is not the one this library returns: run ALTER EXTENSION pg_snapbuild UPDATE",
-                    );
-                }
-                let random = (*rsinfo).allowedModes
-                    & pg_sys::SetFunctionReturnMode::SFRM_Materialize_Random as i32
-                    != 0;
-                let store = pg_sys::tuplestore_begin_heap(random, false, pg_sys::work_mem);
-                (*rsinfo).returnMode = pg_sys::SetFunctionReturnMode::SFRM_Materialize;
-                (*rsinfo).setResult = store;
-                (*rsinfo).setDesc = desc;
-                MaterializedRows {
-                    store,
-                    desc,
-                    per_query,
-                    labels: Vec::new(),
-                }
-            })
+/// Writes `snapbuild_backlog`'s row for transaction `a`, held by `holder` when still
+/// open; always true (a row).
+fn put_backlog_row(
+    slots: &mut RowSlots,
+    a: &TxnAccount,
+    holder: Option<&HolderKind>,
+    texts: &mut StaticTexts,
+) -> bool {
+    let (pid, gid) = match holder {
+        Some(HolderKind::Backend(b)) => (Some(b.pid), None),
+        Some(HolderKind::Prepared(p)) => (None, Some(p.gid.as_str())),
+        None => (None, None),
+    };
+    let outcome = match a.outcome {
+        TxnOutcome::Sent
+        | TxnOutcome::SkippedBeforeStart
+        | TxnOutcome::SkippedOtherDatabase
+        | TxnOutcome::NoChanges
+        | TxnOutcome::FinishedPrepared => "committed",
+        TxnOutcome::Aborted => "aborted",
+        TxnOutcome::ForgottenAsOld => "ended without a record",
+        TxnOutcome::Prepared => "prepared",
+        TxnOutcome::InProgress if gid.is_some() => "prepared",
+        TxnOutcome::InProgress => "in progress",
+    };
+    let int8 = |n: u64| Some(pg_sys::Datum::from(n as i64));
+    let c = |k: usize| int8(a.changes[k]);
+    let values: [Option<pg_sys::Datum>; BACKLOG_COLUMNS] = [
+        Xid(a.xid).into_datum(),
+        PgLsn(a.first_lsn.0).into_datum(),
+        a.end_lsn.and_then(|l| PgLsn(l.0).into_datum()),
+        texts.get(outcome).into_datum(),
+        pid.and_then(|p: i32| p.into_datum()),
+        gid.and_then(|g| g.into_datum()),
+        (a.database != 0).then(|| pg_sys::Datum::from(a.database)),
+        Some(pg_sys::Datum::from(a.subxacts as i32)),
+        c(0),
+        c(1),
+        c(2),
+        c(3),
+        c(4),
+        c(5),
+        c(6),
+        int8(a.wal_bytes),
+        int8(a.queued_bytes),
+        int8(a.total_bytes),
+        texts.get(a.outcome.label()).into_datum(),
+        int8(a.spill_count),
+        int8(a.spill_bytes),
+        a.spilled.into_datum(),
+        int8(a.stream_count),
+        int8(a.stream_bytes),
+    ];
+    let mut mask = 0u64;
+    for (i, v) in values.into_iter().enumerate() {
+        if slots.put(i, v) {
+            mask |= 1 << i;
         }
     }
-
-    /// The text value of a fixed label (made once, in the query's memory).
-    fn label(&mut self, s: &'static str) -> pg_sys::Datum {
-        if let Some((_, d)) = self.labels.iter().find(|(l, _)| *l == s) {
-            return *d;
-        }
-        let d = unsafe { PgMemoryContexts::For(self.per_query).switch_to(|_| s.into_datum()) }
-            .unwrap_or(pg_sys::Datum::from(0));
-        self.labels.push((s, d));
-        d
-    }
-
-    /// One row for transaction `a`, held by `holder` when still open.
-    fn put(&mut self, a: &TxnAccount, holder: Option<&HolderKind>) {
-        let (pid, gid) = match holder {
-            Some(HolderKind::Backend(b)) => (Some(b.pid), None),
-            Some(HolderKind::Prepared(p)) => (None, Some(p.gid.as_str())),
-            None => (None, None),
-        };
-        let outcome = match a.outcome {
-            TxnOutcome::Sent
-            | TxnOutcome::SkippedBeforeStart
-            | TxnOutcome::SkippedOtherDatabase
-            | TxnOutcome::NoChanges
-            | TxnOutcome::FinishedPrepared => "committed",
-            TxnOutcome::Aborted => "aborted",
-            TxnOutcome::ForgottenAsOld => "ended without a record",
-            TxnOutcome::Prepared => "prepared",
-            TxnOutcome::InProgress if gid.is_some() => "prepared",
-            TxnOutcome::InProgress => "in progress",
-        };
-        let int8 = |n: u64| Some(pg_sys::Datum::from(n as i64));
-        let c = |k: usize| int8(a.changes[k]);
-        let values: [Option<pg_sys::Datum>; BACKLOG_COLUMNS] = [
-            Xid(a.xid).into_datum(),
-            PgLsn(a.first_lsn.0).into_datum(),
-            a.end_lsn.and_then(|l| PgLsn(l.0).into_datum()),
-            Some(self.label(outcome)),
-            pid.and_then(|p: i32| p.into_datum()),
-            gid.and_then(|g| g.into_datum()),
-            (a.database != 0).then(|| pg_sys::Datum::from(a.database)),
-            Some(pg_sys::Datum::from(a.subxacts as i32)),
-            c(0),
-            c(1),
-            c(2),
-            c(3),
-            c(4),
-            c(5),
-            c(6),
-            int8(a.wal_bytes),
-            int8(a.queued_bytes),
-            int8(a.total_bytes),
-            Some(self.label(a.outcome.label())),
-            int8(a.spill_count),
-            int8(a.spill_bytes),
-            a.spilled.into_datum(),
-            int8(a.stream_count),
-            int8(a.stream_bytes),
-        ];
-        let mut datums = [pg_sys::Datum::from(0); BACKLOG_COLUMNS];
-        let mut nulls = [false; BACKLOG_COLUMNS];
-        for (i, v) in values.into_iter().enumerate() {
-            match v {
-                Some(d) => datums[i] = d,
-                None => nulls[i] = true,
-            }
-        }
-        unsafe {
-            pg_sys::tuplestore_putvalues(
-                self.store,
-                self.desc,
-                datums.as_mut_ptr(),
-                nulls.as_mut_ptr(),
-            );
-        }
-    }
+    slots.null_mask(mask);
+    true
 }
 
 /// One row: what the slot's next decode (as `snapbuild_backlog` describes it) will add to

@@ -89,7 +89,40 @@ impl<'a, Columns> TableIterator<'a, Columns> {
 unsafe impl<Columns> BoxRet for TableIterator<'_, Columns> {
     unsafe fn box_into<'fcx>(mut self, fcinfo: &mut FcInfo<'fcx>) -> Datum<'fcx> {
         unsafe {
-            let f = fcinfo.as_mut_ptr();
+            let mut set = MaterializedSet::begin(fcinfo.as_mut_ptr());
+            while set.row(|slots| (self.next)(slots)) {}
+            fcinfo.return_null()
+        }
+    }
+}
+
+/// A materialize-mode result being filled (funcapi.c InitMaterializedSRF's protocol):
+/// the tuplestore and row type handed to the executor, and what forms each row. For a
+/// function that stores rows as it goes (a raw `extern "C"` function; `#[pg_extern]`
+/// ones return a [`TableIterator`]); it returns a NULL datum once the rows are stored.
+pub struct MaterializedSet {
+    store: *mut pg_sys::Tuplestorestate,
+    desc: pg_sys::TupleDesc,
+    per_query: pg_sys::MemoryContext,
+    values: Vec<pg_sys::Datum>,
+    nulls: Vec<bool>,
+    former: TupleFormer,
+    buf: Vec<u64>,
+    row_cx: pgrx::PgMemoryContexts,
+    #[cfg(feature = "ablation-no-rows")]
+    last: Option<pg_sys::HeapTupleData>,
+}
+
+impl MaterializedSet {
+    /// Hands the call's executor a tuplestore of the function's row type (created in
+    /// per-query memory, random access when allowed). Errors: `feature_not_supported`
+    /// (0A000) where a set cannot be taken; `datatype_mismatch` (42804) when the result
+    /// type is not a row type.
+    ///
+    /// # Safety
+    /// `f` is the call's own `FunctionCallInfo`, and the set is filled during that call.
+    pub unsafe fn begin(f: pg_sys::FunctionCallInfo) -> Self {
+        unsafe {
             let rsinfo = (*f).resultinfo as *mut pg_sys::ReturnSetInfo;
             if rsinfo.is_null()
                 || !pgrx::is_a(rsinfo.cast(), pg_sys::NodeTag::T_ReturnSetInfo)
@@ -123,75 +156,104 @@ unsafe impl<Columns> BoxRet for TableIterator<'_, Columns> {
             (*rsinfo).returnMode = pg_sys::SetFunctionReturnMode::SFRM_Materialize;
             (*rsinfo).setResult = store;
             (*rsinfo).setDesc = desc;
-
             let natts = usize::try_from((*desc).natts).unwrap_or(0);
-            let mut values = vec![pg_sys::Datum::from(0); natts];
-            let mut nulls = vec![true; natts];
-            let mut former = TupleFormer::new(desc);
-            let mut buf = Vec::new();
-            #[cfg(feature = "ablation-no-rows")]
-            let mut last: Option<pg_sys::HeapTupleData> = None;
-            let mut row_cx = pgrx::PgMemoryContexts::new("pg_snapbuild row");
-            loop {
-                let mut mask = u64::MAX;
+            MaterializedSet {
+                store,
+                desc,
+                per_query,
+                values: vec![pg_sys::Datum::from(0); natts],
+                nulls: vec![true; natts],
+                former: TupleFormer::new(desc),
+                buf: Vec::new(),
+                row_cx: pgrx::PgMemoryContexts::new("pg_snapbuild row"),
                 #[cfg(feature = "ablation-no-rows")]
-                let mut repeat = false;
-                let more = row_cx.switch_to(|_| {
-                    let mut slots = RowSlots {
-                        values: &mut values,
-                        nulls: &mut nulls,
-                        mask,
-                        #[cfg(feature = "ablation-no-rows")]
-                        formed_before: last.is_some(),
-                        #[cfg(feature = "ablation-no-rows")]
-                        repeat: false,
-                    };
-                    let more = (self.next)(&mut slots);
-                    mask = slots.mask;
+                last: None,
+            }
+        }
+    }
+
+    /// The query's memory, which outlives the rows (for datums shared by many rows,
+    /// [`crate::sql::types::StaticTexts`]).
+    pub fn per_query_memory(&self) -> pg_sys::MemoryContext {
+        self.per_query
+    }
+
+    /// The row type's number of columns.
+    pub fn columns(&self) -> usize {
+        self.values.len()
+    }
+
+    /// One row: `write` puts its columns (in a memory context reset after the row) and
+    /// returns true, and the row is stored; or it returns false and nothing is stored.
+    /// Returns what `write` returned.
+    pub fn row(&mut self, write: impl FnOnce(&mut RowSlots) -> bool) -> bool {
+        let mut mask = u64::MAX;
+        #[cfg(feature = "ablation-no-rows")]
+        let mut repeat = false;
+        let (values, nulls) = (&mut self.values, &mut self.nulls);
+        #[cfg(feature = "ablation-no-rows")]
+        let formed_before = self.last.is_some();
+        let more = unsafe {
+            self.row_cx.switch_to(|_| {
+                let mut slots = RowSlots {
+                    values,
+                    nulls,
+                    mask,
                     #[cfg(feature = "ablation-no-rows")]
-                    {
-                        repeat = slots.repeat;
-                    }
-                    more
-                });
-                if !more {
-                    break;
-                }
-                #[cfg(feature = "ablation-no-rows")]
-                let repeated = match (repeat, last.as_mut()) {
-                    (true, Some(tuple)) => {
-                        pg_sys::tuplestore_puttuple(store, tuple);
-                        true
-                    }
-                    _ => false,
+                    formed_before,
+                    #[cfg(feature = "ablation-no-rows")]
+                    repeat: false,
                 };
-                #[cfg(not(feature = "ablation-no-rows"))]
-                let repeated = false;
-                if !repeated {
-                    // Both copy the row into the store's own memory.
-                    match former.form_masked(&values, &nulls, mask, &mut buf) {
-                        Some(mut tuple) => {
-                            pg_sys::tuplestore_puttuple(store, &mut tuple);
-                            #[cfg(feature = "ablation-no-rows")]
-                            {
-                                last = Some(tuple);
-                            }
-                        }
-                        None => pg_sys::tuplestore_putvalues(
-                            store,
-                            desc,
-                            values.as_mut_ptr(),
-                            nulls.as_mut_ptr(),
-                        ),
-                    }
+                let more = write(&mut slots);
+                mask = slots.mask;
+                #[cfg(feature = "ablation-no-rows")]
+                {
+                    repeat = slots.repeat;
                 }
-                // Most rows allocate nothing (their texts are shared datums): no reset then.
-                if !(*row_cx.value()).isReset {
-                    row_cx.reset();
+                more
+            })
+        };
+        if !more {
+            return false;
+        }
+        unsafe {
+            #[cfg(feature = "ablation-no-rows")]
+            let repeated = match (repeat, self.last.as_mut()) {
+                (true, Some(tuple)) => {
+                    pg_sys::tuplestore_puttuple(self.store, tuple);
+                    true
+                }
+                _ => false,
+            };
+            #[cfg(not(feature = "ablation-no-rows"))]
+            let repeated = false;
+            if !repeated {
+                // Both copy the row into the store's own memory.
+                match self
+                    .former
+                    .form_masked(&self.values, &self.nulls, mask, &mut self.buf)
+                {
+                    Some(mut tuple) => {
+                        pg_sys::tuplestore_puttuple(self.store, &mut tuple);
+                        #[cfg(feature = "ablation-no-rows")]
+                        {
+                            self.last = Some(tuple);
+                        }
+                    }
+                    None => pg_sys::tuplestore_putvalues(
+                        self.store,
+                        self.desc,
+                        self.values.as_mut_ptr(),
+                        self.nulls.as_mut_ptr(),
+                    ),
                 }
             }
-            fcinfo.return_null()
+            // Most rows allocate nothing (their texts are shared datums): no reset then.
+            if !(*self.row_cx.value()).isReset {
+                self.row_cx.reset();
+            }
         }
+        true
     }
 }
 
