@@ -46,12 +46,13 @@ fn slot_arg(slot_name: Option<PgName>) -> String {
 /// `pg_stat_replication_slots.total_bytes`); `decoder` (text: `sent`, `skipped: committed
 /// before the start point`, `skipped: another database`, `skipped: no changes`, `skipped:
 /// aborted`, `skipped: ended without a record`, `sent at prepare`, `pending`); `spill_count`
-/// and `spill_bytes` (int8); `spilled` (bool).
+/// and `spill_bytes` (int8); `spilled` (bool); `stream_count` and `stream_bytes` (int8).
 ///
-/// Errors: `null_value_not_allowed` (22004) for a NULL slot_name; `undefined_object`
-/// (42704) for no such slot; `object_not_in_prerequisite_state` (55000) for a physical
-/// slot, one being created or without restart_lsn; as `snapbuild_trace` otherwise.
-/// Read-only.
+/// Errors: `null_value_not_allowed` (22004) for a NULL slot_name; `invalid_parameter_value`
+/// (22023) for `work_mem_kb` below 64; `undefined_object` (42704) for no such slot;
+/// `object_not_in_prerequisite_state` (55000) for a physical slot, one being created or
+/// without restart_lsn; `feature_not_supported` (0A000) where a set cannot be taken; as
+/// `snapbuild_trace` otherwise. Read-only.
 ///
 /// The rows go to a tuplestore as the transactions end (materialize mode: past
 /// `work_mem` it spills to a temporary file), so the backend holds the transactions open

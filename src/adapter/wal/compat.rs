@@ -59,20 +59,12 @@ pub unsafe fn end_of_wal(reader: *mut pg_sys::XLogReaderState) -> bool {
     (*private).server.end_of_wal
 }
 
-/// The database of the relation of the current record's block reference `block`
-/// (XLogRecGetBlockTagExtended), if it has one. 16+ (RelFileLocator).
+/// The database of the relation of the current record's block reference `block`, if it
+/// has one (XLogRecGetBlockTagExtended's, read from the decoded record). 16+: 14 and 15
+/// never invalidate slots in recovery.
 #[cfg(not(any(feature = "pg14", feature = "pg15")))]
 pub unsafe fn block_db(reader: *mut pg_sys::XLogReaderState, block: u8) -> Option<u32> {
-    let mut loc = pg_sys::RelFileLocator::default();
-    pg_sys::XLogRecGetBlockTagExtended(
-        reader,
-        block,
-        &mut loc,
-        std::ptr::null_mut(),
-        std::ptr::null_mut(),
-        std::ptr::null_mut(),
-    )
-    .then(|| loc.dbOid.to_u32())
+    decoded_block(reader, block).map(|b| block_tag(b)[1])
 }
 
 /// Block 0 of the current record: its data (None without any) and its relation's
@@ -80,7 +72,7 @@ pub unsafe fn block_db(reader: *mut pg_sys::XLogReaderState, block: u8) -> Optio
 /// decoded record's fields as XLogRecGetBlockData and XLogRecGetBlockTagExtended read
 /// them (no call into the server: this runs for every heap change of a batch).
 pub unsafe fn block0<'a>(reader: *mut pg_sys::XLogReaderState) -> (Option<&'a [u8]>, [u32; 3]) {
-    let Some(b) = decoded_block0(reader) else {
+    let Some(b) = decoded_block(reader, 0) else {
         return (None, [0; 3]);
     };
     let data = (b.has_data && !b.data.is_null())
@@ -88,28 +80,30 @@ pub unsafe fn block0<'a>(reader: *mut pg_sys::XLogReaderState) -> (Option<&'a [u
     (data, block_tag(b))
 }
 
-/// Block 0 of the decoded record, when it is in use (XLogRecHasBlockRef).
+/// Block reference `id` of the decoded record, when it is in use (XLogRecHasBlockRef).
 #[cfg(not(feature = "pg14"))]
-unsafe fn decoded_block0<'a>(
+unsafe fn decoded_block<'a>(
     reader: *mut pg_sys::XLogReaderState,
+    id: u8,
 ) -> Option<&'a pg_sys::DecodedBkpBlock> {
     let d = (*reader).record;
-    if d.is_null() || (*d).max_block_id < 0 {
+    if d.is_null() || (*d).max_block_id < id as i32 {
         return None;
     }
-    let b = &*(*d).blocks.as_ptr();
+    let b = &*(*d).blocks.as_ptr().add(id as usize);
     b.in_use.then_some(b)
 }
 
 #[cfg(feature = "pg14")]
-unsafe fn decoded_block0<'a>(
+unsafe fn decoded_block<'a>(
     reader: *mut pg_sys::XLogReaderState,
+    id: u8,
 ) -> Option<&'a pg_sys::DecodedBkpBlock> {
     let r = &*reader;
-    if r.max_block_id < 0 {
+    if r.max_block_id < id as i32 {
         return None;
     }
-    let b = &r.blocks[0];
+    let b = r.blocks.get(id as usize)?;
     b.in_use.then_some(b)
 }
 
